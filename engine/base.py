@@ -1,0 +1,28 @@
+"""The interface the gateway uses to run a model; implementations live beside it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Protocol
+
+from engine.types import ChatMessage, GenerationRequest, TokenDelta
+
+
+class Engine(Protocol):
+    """An in-process model server: async, streaming, cancellable.
+
+    Closing the iterator returned by `stream` (or cancelling the task that reads it)
+    stops the generation and frees what it held.
+    """
+
+    @property
+    def model_id(self) -> str: ...
+
+    @property
+    def context_window(self) -> int: ...
+
+    def count_prompt_tokens(self, messages: Sequence[ChatMessage]) -> int: ...
+
+    def stream(self, request: GenerationRequest) -> AsyncIterator[TokenDelta]: ...
+
+    def close(self) -> None: ...

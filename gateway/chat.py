@@ -1,0 +1,306 @@
+"""The chat request path: input guardrails, retrieval, engine, output guardrails.
+
+Each stage is called through its own package's interface; this module only wires them
+in order and keeps the audit entry up to date. HTTP concerns stay in `routes`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine import ChatMessage, ContextLengthExceeded, GenerationRequest, SamplingParams
+from gateway.audit import AuditEntry
+from gateway.errors import ApiError, guardrail_block
+from gateway.schemas import ChatCompletionRequest, Message
+from gateway.services import Services
+from guardrails import (
+    StreamingRedactor,
+    ToolSpec,
+    Verdict,
+    extract_tool_calls,
+    tool_prompt,
+    validate_tool_calls,
+)
+from retrieval import RetrievedChunk, format_context
+
+
+@dataclass
+class PreparedChat:
+    """A request that passed the input stages and is ready for the engine."""
+
+    completion_id: str
+    created: int
+    model: str
+    generation: GenerationRequest
+    tools: list[ToolSpec]
+    chunks: list[RetrievedChunk]
+    entry: AuditEntry
+    store_content: bool
+    stream_window: int
+    answer_parts: list[str] = field(default_factory=list)
+
+    def citations(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "index": number,
+                "document_id": chunk.document_id,
+                "chunk_id": chunk.chunk_id,
+                "title": chunk.title,
+                "source": chunk.source,
+                "score": round(chunk.score, 4),
+            }
+            for number, chunk in enumerate(self.chunks, start=1)
+        ]
+
+
+@dataclass
+class Answer:
+    """What the output stage lets through for one generation."""
+
+    content: str | None
+    tool_calls: list[dict[str, Any]]
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class ChatService:
+    """Runs one chat request through every stage of the request path."""
+
+    def __init__(self, services: Services) -> None:
+        self._services = services
+
+    async def prepare(self, body: ChatCompletionRequest, entry: AuditEntry) -> PreparedChat:
+        runtime = self._services.policy
+        policy = runtime.loaded.policy
+        engine = self._services.engine
+        entry.policy_version = runtime.loaded.version
+        entry.model = engine.model_id
+        entry.end_user = body.user
+        if body.model not in (None, "", engine.model_id):
+            raise ApiError(
+                404,
+                f"The model '{body.model}' does not exist. Available: {engine.model_id}.",
+                code="model_not_found",
+                param="model",
+            )
+        max_tokens = body.max_completion_tokens or body.max_tokens or policy.model.max_tokens
+        if max_tokens > policy.model.max_tokens:
+            raise ApiError(
+                400,
+                f"max_tokens is {max_tokens}, above this policy's limit of "
+                f"{policy.model.max_tokens}.",
+                param="max_tokens",
+                code="invalid_value",
+            )
+        tools = self._declared_tools(body)
+        if tools and not policy.model.allow_tools:
+            raise ApiError(400, "Tools are not allowed by this policy.", param="tools")
+
+        texts = [m.text for m in body.messages]
+        last_user = next((m.text for m in reversed(body.messages) if m.role == "user"), "")
+        checked = await asyncio.to_thread(
+            runtime.input_guardrails.check, texts, last_user
+        )
+        entry.verdicts.extend(checked.verdicts)
+        if checked.blocking is not None:
+            entry.outcome = "blocked"
+            raise guardrail_block(checked.blocking.check, _reason(checked.blocking))
+        redacted = list(checked.texts)
+        redacted_query = next(
+            (t for m, t in zip(reversed(body.messages), reversed(redacted), strict=True)
+             if m.role == "user"),
+            "",
+        )
+        chunks = await asyncio.to_thread(self._retrieve, entry, redacted_query)
+        messages = self._engine_messages(body.messages, redacted, chunks, tools)
+        entry.chunk_ids = [c.chunk_id for c in chunks]
+        if policy.audit.store_content:
+            entry.prompt_text = "\n".join(
+                f"{m.role}: {text}" for m, text in zip(body.messages, redacted, strict=True)
+            )
+        sampling = SamplingParams(
+            max_tokens=max_tokens,
+            temperature=body.temperature,
+            top_p=body.top_p,
+            seed=body.seed,
+            stop=body.stop_sequences,
+        )
+        generation = GenerationRequest(
+            request_id=entry.request_id,
+            messages=tuple(messages),
+            sampling=sampling,
+            cache_salt=entry.tenant or "",
+        )
+        prompt_tokens = engine.count_prompt_tokens(generation.messages)
+        if prompt_tokens + max_tokens > engine.context_window:
+            error = ContextLengthExceeded(prompt_tokens, max_tokens, engine.context_window)
+            raise ApiError(400, str(error), param="messages", code="context_length_exceeded")
+        return PreparedChat(
+            completion_id=f"chatcmpl-{uuid.uuid4().hex}",
+            created=int(time.time()),
+            model=engine.model_id,
+            generation=generation,
+            tools=tools,
+            chunks=chunks,
+            entry=entry,
+            store_content=policy.audit.store_content,
+            stream_window=policy.output.stream_window_chars,
+        )
+
+    async def stream_text(self, chat: PreparedChat) -> AsyncIterator[str]:
+        """Answer text as the engine produces it, PII-filtered with a held-back window.
+
+        When tools are declared the whole answer is needed to judge a tool call, so
+        nothing is released until it is complete.
+        """
+        redactor = StreamingRedactor(self._redact_output, chat.stream_window)
+        started = time.perf_counter()
+        try:
+            async for delta in self._services.engine.stream(chat.generation):
+                chat.entry.prompt_tokens = delta.prompt_tokens
+                chat.entry.completion_tokens = delta.completion_tokens
+                if delta.finish_reason is not None:
+                    chat.entry.outcome = delta.finish_reason
+                chat.answer_parts.append(delta.text)
+                if chat.tools:
+                    continue
+                released = await asyncio.to_thread(redactor.feed, delta.text)
+                if released:
+                    yield released
+            if not chat.tools:
+                rest = await asyncio.to_thread(redactor.flush)
+                if rest:
+                    yield rest
+        finally:
+            chat.entry.engine_ms += (time.perf_counter() - started) * 1000
+
+    async def complete(self, chat: PreparedChat) -> Answer:
+        """Run the engine to the end and apply the output checks to the whole answer."""
+        released = [part async for part in self.stream_text(chat)]
+        return await self.finish(chat, "".join(released))
+
+    async def finish(self, chat: PreparedChat, released_text: str) -> Answer:
+        """Decide what the client gets once generation ended: tool calls or text."""
+        raw = "".join(chat.answer_parts)
+        finish_reason = "length" if chat.entry.outcome == "length" else "stop"
+        content: str | None = released_text
+        tool_calls: list[dict[str, Any]] = []
+        if chat.tools:
+            content, tool_calls, finish_reason = await self._judge_tool_calls(chat, raw)
+        chat.entry.outcome = "content_filter" if finish_reason == "content_filter" else "ok"
+        chat.entry.status_code = 200
+        if chat.store_content:
+            chat.entry.answer_text = content if not tool_calls else json.dumps(tool_calls)
+        return Answer(
+            content=content,
+            tool_calls=tool_calls,
+            finish_reason=finish_reason,
+            prompt_tokens=chat.entry.prompt_tokens,
+            completion_tokens=chat.entry.completion_tokens,
+        )
+
+    async def _judge_tool_calls(
+        self, chat: PreparedChat, raw: str
+    ) -> tuple[str | None, list[dict[str, Any]], str]:
+        calls = extract_tool_calls(raw)
+        if calls is None:
+            text = await asyncio.to_thread(self._redact_output, raw)
+            return text, [], "stop"
+        check = validate_tool_calls(calls, chat.tools, "enforce")
+        chat.entry.verdicts.append(check.verdict)
+        if check.verdict.blocks:
+            return None, [], "content_filter"
+        tool_calls = [
+            {
+                "id": f"call_{uuid.uuid4().hex[:24]}",
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments_json},
+            }
+            for call in check.calls
+        ]
+        return None, tool_calls, "tool_calls"
+
+    def _redact_output(self, text: str) -> str:
+        return self._services.policy.output_pii.redact(text).text
+
+    def _retrieve(self, entry: AuditEntry, query: str) -> list[RetrievedChunk]:
+        settings = self._services.policy.loaded.policy.retrieval
+        if not settings.enabled or not query or entry.tenant is None:
+            return []
+        found = self._services.store.search(
+            entry.tenant, settings.collections, query, settings.top_k, settings.min_score
+        )
+        detector = self._services.policy.chunk_injection
+        kept: list[RetrievedChunk] = []
+        for chunk in found:
+            verdict = detector.check([chunk.text])
+            if verdict.action == "block":
+                entry.verdicts.append(
+                    Verdict(
+                        check="indirect_injection",
+                        action="block",
+                        score=verdict.score,
+                        evidence=(f"chunk {chunk.chunk_id} dropped", *verdict.evidence),
+                        mode=verdict.mode,
+                    )
+                )
+                if verdict.mode == "enforce":
+                    continue
+            kept.append(chunk)
+        return kept
+
+    def _engine_messages(
+        self,
+        messages: list[Message],
+        texts: list[str],
+        chunks: list[RetrievedChunk],
+        tools: list[ToolSpec],
+    ) -> list[ChatMessage]:
+        # Stable parts first (policy prompt, tools, sources) so prompts share prefixes.
+        policy = self._services.policy.loaded.policy
+        system_parts = [policy.model.system_prompt]
+        if tools:
+            system_parts.append(tool_prompt(tools))
+        context = format_context(chunks)
+        if context:
+            system_parts.append(context)
+        conversation: list[ChatMessage] = []
+        for message, text in zip(messages, texts, strict=True):
+            if message.role in ("system", "developer"):
+                system_parts.append(text)
+            elif message.role == "assistant" and message.tool_calls:
+                calls = "".join(
+                    '<tool_call>{"name": %s, "arguments": %s}</tool_call>'
+                    % (json.dumps(c.function.name), c.function.arguments)
+                    for c in message.tool_calls
+                )
+                conversation.append(ChatMessage("assistant", text + calls))
+            else:
+                role = "tool" if message.role == "tool" else message.role
+                conversation.append(ChatMessage(role, text))  # type: ignore[arg-type]
+        system = ChatMessage("system", "\n\n".join(p for p in system_parts if p))
+        return [system, *conversation]
+
+    @staticmethod
+    def _declared_tools(body: ChatCompletionRequest) -> list[ToolSpec]:
+        if not body.tools or body.tool_choice == "none":
+            return []
+        return [
+            ToolSpec(
+                name=tool.function.name,
+                parameters=tool.function.parameters,
+                description=tool.function.description,
+            )
+            for tool in body.tools
+        ]
+
+
+def _reason(verdict: Verdict) -> str:
+    return "; ".join(verdict.evidence) or verdict.check

@@ -1,0 +1,102 @@
+"""Errors in OpenAI's shape: `{"error": {"message", "type", "param", "code"}}`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Request, Response
+from litestar.exceptions import HTTPException
+from pydantic import ValidationError
+
+
+class ApiError(Exception):
+    """An error the client sees, with OpenAI's status, type and code."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.code = code
+        self.param = param
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+def unauthorized(message: str) -> ApiError:
+    return ApiError(401, message, code="invalid_api_key", headers={"www-authenticate": "Bearer"})
+
+
+def guardrail_block(check: str, reason: str) -> ApiError:
+    """A request a guardrail refused; retrying the same request cannot succeed."""
+    return ApiError(
+        400,
+        f"The request was blocked by the {check} guardrail: {reason}",
+        code="content_policy_violation",
+        param="messages",
+        headers={"x-should-retry": "false"},
+    )
+
+
+def from_validation_error(exc: ValidationError) -> ApiError:
+    """The first problem of a request body, named by its JSON path (`messages.0.role`)."""
+    first = exc.errors()[0]
+    param = ".".join(str(part) for part in first["loc"]) or None
+    message = str(first["msg"])
+    if first["type"] == "missing":
+        message = f"Missing required parameter: '{param}'."
+    elif param:
+        message = f"Invalid value for '{param}': {message}"
+    return ApiError(400, message, param=param, code="invalid_value")
+
+
+def api_error_handler(_: Request[Any, Any, Any], exc: ApiError) -> Response[Any]:
+    return Response(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
+_STATUS_TYPES = {
+    401: "invalid_request_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+def http_exception_handler(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+    status = exc.status_code
+    error = ApiError(
+        status,
+        str(exc.detail),
+        type=_STATUS_TYPES.get(status, "invalid_request_error" if status < 500 else "server_error"),
+        code=None,
+        headers=dict(exc.headers or {}),
+    )
+    return api_error_handler(_, error)
+
+
+def internal_error_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    import structlog
+
+    structlog.get_logger(__name__).exception("gateway.unhandled_error", path=request.url.path)
+    error = ApiError(500, "The server had an error while processing your request.",
+                     type="server_error")
+    return api_error_handler(request, error)

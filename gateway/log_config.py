@@ -1,0 +1,26 @@
+"""Structured logs: key-value lines on a terminal, JSON when BASTION_LOG_JSON=1."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import structlog
+
+
+def configure_logging() -> None:
+    json_logs = os.environ.get("BASTION_LOG_JSON", "") in ("1", "true")
+    renderer: structlog.typing.Processor = (
+        structlog.processors.JSONRenderer() if json_logs else structlog.dev.ConsoleRenderer()
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso"),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+    )
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

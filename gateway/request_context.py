@@ -1,0 +1,46 @@
+"""Per-request identity: a request id on every response, and the caller's API key."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+from litestar.datastructures import MutableScopeHeaders
+from litestar.types import Message, Scope
+
+_SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+_STATE_KEY = "bastion_request_id"
+
+
+def request_id_of(scope: Scope) -> str:
+    """The request's id: the client's `x-request-id` when it is safe, else a new one."""
+    state: dict[str, Any] = scope.setdefault("state", {})  # type: ignore[typeddict-item]
+    existing = state.get(_STATE_KEY)
+    if existing:
+        return str(existing)
+    incoming = ""
+    for name, value in scope.get("headers", []):
+        if name == b"x-request-id":
+            incoming = value.decode("latin-1")
+            break
+    request_id = incoming if _SAFE_ID.match(incoming) else f"req_{uuid.uuid4().hex}"
+    state[_STATE_KEY] = request_id
+    return request_id
+
+
+async def add_request_id_header(message: Message, scope: Scope) -> None:
+    """`before_send` hook: every HTTP response, errors included, carries `x-request-id`."""
+    if message["type"] == "http.response.start":
+        headers = MutableScopeHeaders.from_message(message)
+        headers["x-request-id"] = request_id_of(scope)
+
+
+def bearer_token(headers: Any) -> str | None:
+    value = headers.get("authorization")
+    if not value:
+        return None
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return str(token.strip())

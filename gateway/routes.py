@@ -1,0 +1,186 @@
+"""HTTP handlers for the OpenAI-compatible API and the health probes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import structlog
+from litestar import Request, Response, get, post
+from litestar.response import Stream
+from pydantic import ValidationError
+
+from gateway.audit import AuditEntry
+from gateway.chat import ChatService, PreparedChat
+from gateway.errors import ApiError, from_validation_error, unauthorized
+from gateway.keys import KeyIdentity, authenticate
+from gateway.openai_format import chunk_body, completion_body, sse, usage_chunk_body
+from gateway.request_context import bearer_token, request_id_of
+from gateway.schemas import ChatCompletionRequest
+from gateway.services import Services
+
+log = structlog.get_logger(__name__)
+CHAT_PATH = "/v1/chat/completions"
+
+
+def services_of(request: Request[Any, Any, Any]) -> Services:
+    services: Services | None = request.app.state.get("services")
+    if services is None:
+        raise ApiError(
+            503,
+            "Bastion is still loading its models; retry shortly.",
+            type="server_error",
+            code="not_ready",
+            headers={"retry-after": "5"},
+        )
+    return services
+
+
+async def identify(request: Request[Any, Any, Any], services: Services) -> KeyIdentity:
+    token = bearer_token(request.headers)
+    if token is None:
+        raise unauthorized(
+            "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'."
+        )
+    identity = await asyncio.to_thread(authenticate, services.sessions, token)
+    if identity is None:
+        raise unauthorized(f"Incorrect API key provided: {token[:6]}****.")
+    return identity
+
+
+def parse_chat_body(raw: bytes) -> ChatCompletionRequest:
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ApiError(
+            400,
+            "We could not parse the JSON body of your request. (HINT: This likely means you "
+            "aren't using your HTTP library correctly. The OpenAI API expects a JSON payload.)",
+            code="invalid_json",
+        ) from exc
+    if not isinstance(data, dict):
+        raise ApiError(400, "The request body must be a JSON object.", code="invalid_json")
+    try:
+        return ChatCompletionRequest.model_validate(data)
+    except ValidationError as exc:
+        raise from_validation_error(exc) from exc
+
+
+@get("/healthz", sync_to_thread=False)
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@get("/readyz", sync_to_thread=False)
+def readyz(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
+    services: Services | None = request.app.state.get("services")
+    failure: str | None = request.app.state.get("load_error")
+    if services is None:
+        body = {"status": "failed" if failure else "loading", "error": failure}
+        return Response(body, status_code=503)
+    return Response(
+        {
+            "status": "ready",
+            "model": services.engine.model_id,
+            "policy_version": services.policy.loaded.version,
+        }
+    )
+
+
+@get("/v1/models")
+async def list_models(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    services = services_of(request)
+    await identify(request, services)
+    return {
+        "object": "list",
+        "data": [
+            {"id": services.engine.model_id, "object": "model", "created": 0,
+             "owned_by": "bastion"}
+        ],
+    }
+
+
+@post(CHAT_PATH, status_code=200)
+async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
+    entry = AuditEntry(request_id=request_id_of(request.scope), endpoint=CHAT_PATH)
+    started = time.perf_counter()
+    services = services_of(request)
+    streaming = False
+    try:
+        identity = await identify(request, services)
+        entry.tenant, entry.key_id = identity.tenant, identity.key_id
+        body = parse_chat_body(await request.body())
+        service = ChatService(services)
+        chat = await service.prepare(body, entry)
+        if body.stream:
+            streaming = True
+            return Stream(
+                _event_stream(service, chat, body, services, started),
+                media_type="text/event-stream",
+                headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+            )
+        answer = await service.complete(chat)
+        overhead = (time.perf_counter() - started) * 1000 - entry.engine_ms
+        return Response(
+            completion_body(chat, answer),
+            status_code=200,
+            headers={"x-bastion-overhead-ms": f"{overhead:.1f}"},
+        )
+    except ApiError as error:
+        entry.status_code = error.status
+        entry.error_code = error.code
+        if entry.outcome != "blocked":
+            entry.outcome = "rejected" if error.status < 500 else "error"
+        raise
+    finally:
+        if not streaming:
+            entry.latency_ms = (time.perf_counter() - started) * 1000
+            await asyncio.to_thread(services.audit.record, entry)
+
+
+async def _event_stream(
+    service: ChatService,
+    chat: PreparedChat,
+    body: ChatCompletionRequest,
+    services: Services,
+    started: float,
+) -> AsyncIterator[bytes]:
+    entry = chat.entry
+    with_usage = body.include_usage
+    completed = False
+    try:
+        yield sse(chunk_body(chat, {"role": "assistant", "content": ""},
+                             with_usage_field=with_usage) | {"citations": chat.citations()})
+        released: list[str] = []
+        async for text in service.stream_text(chat):
+            released.append(text)
+            yield sse(chunk_body(chat, {"content": text}, with_usage_field=with_usage))
+        answer = await service.finish(chat, "".join(released))
+        if chat.tools and answer.tool_calls:
+            calls = [call | {"index": i} for i, call in enumerate(answer.tool_calls)]
+            yield sse(chunk_body(chat, {"tool_calls": calls}, with_usage_field=with_usage))
+        elif chat.tools and answer.content:
+            yield sse(chunk_body(chat, {"content": answer.content}, with_usage_field=with_usage))
+        yield sse(chunk_body(chat, {}, answer.finish_reason, with_usage_field=with_usage))
+        if with_usage:
+            yield sse(usage_chunk_body(chat, answer))
+        yield sse("[DONE]")
+        completed = True
+    except ApiError as error:
+        entry.status_code, entry.error_code, entry.outcome = error.status, error.code, "error"
+        completed = True
+        yield sse(error.body())
+    except Exception:
+        log.exception("chat.stream_failed", request_id=entry.request_id)
+        entry.status_code, entry.outcome = 500, "error"
+        completed = True
+        yield sse(ApiError(500, "The server had an error while streaming.",
+                           type="server_error").body())
+    finally:
+        if not completed:
+            entry.outcome, entry.status_code = "cancelled", 499
+        entry.latency_ms = (time.perf_counter() - started) * 1000
+        await asyncio.to_thread(services.audit.record, entry)

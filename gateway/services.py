@@ -1,0 +1,117 @@
+"""The long-lived parts a running gateway needs, loaded once at start-up."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from engine import Engine, TransformersEngine, default_model_source, model_source_from_path
+from gateway.audit import AuditLog
+from gateway.db import make_db_engine, make_session_factory
+from gateway.migrations import upgrade_database
+from gateway.policy import LoadedPolicy, load_policy
+from gateway.settings import Settings
+from guardrails import (
+    InjectionDetector,
+    InputGuardrails,
+    PiiRedactor,
+    TopicMatcher,
+    build_analyzer,
+)
+from presidio_analyzer import AnalyzerEngine
+from retrieval import DocumentStore, Embedder
+from retrieval.models import Document
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class PolicyRuntime:
+    """A policy together with the guardrail objects built from it."""
+
+    loaded: LoadedPolicy
+    input_guardrails: InputGuardrails
+    output_pii: PiiRedactor
+    chunk_injection: InjectionDetector
+
+
+@dataclass
+class Services:
+    """Everything a request needs; built by `load_services`, handed to the app."""
+
+    settings: Settings
+    sessions: sessionmaker[Session]
+    engine: Engine
+    embedder: Embedder
+    store: DocumentStore
+    analyzer: AnalyzerEngine
+    policy: PolicyRuntime
+    audit: AuditLog
+
+
+def open_database(settings: Settings) -> sessionmaker[Session]:
+    """Bring the schema up to date (Alembic) and return a session factory."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    upgrade_database(settings.resolved_database_url)
+    return make_session_factory(make_db_engine(settings.resolved_database_url))
+
+
+def build_policy_runtime(
+    loaded: LoadedPolicy, analyzer: AnalyzerEngine, embedder: Embedder
+) -> PolicyRuntime:
+    checks = loaded.policy.input
+    topics = TopicMatcher(embedder, checks.topics) if checks.topics.enabled else None
+    injection = InjectionDetector(checks.injection)
+    return PolicyRuntime(
+        loaded=loaded,
+        input_guardrails=InputGuardrails(injection, PiiRedactor(analyzer, checks.pii), topics),
+        output_pii=PiiRedactor(analyzer, loaded.policy.output.pii),
+        chunk_injection=injection,
+    )
+
+
+def load_services(settings: Settings) -> Services:
+    """Load database, models, indexes and policy; ingest the sample corpus on first start."""
+    started = time.perf_counter()
+    sessions = open_database(settings)
+    loaded = load_policy(settings.policy_path)
+    log.info("policy.loaded", path=str(loaded.path), version=loaded.version[:12])
+    source = model_source_from_path(settings.model_path) if settings.model_path else None
+    engine = TransformersEngine.load(source or default_model_source(), device=settings.device)
+    embedder = Embedder.load()
+    analyzer = build_analyzer()
+    store = DocumentStore(sessions, embedder, settings.index_dir)
+    if settings.sample_corpus is not None:
+        ingest_sample_corpus(settings, sessions, store, settings.sample_corpus)
+    services = Services(
+        settings=settings,
+        sessions=sessions,
+        engine=engine,
+        embedder=embedder,
+        store=store,
+        analyzer=analyzer,
+        policy=build_policy_runtime(loaded, analyzer, embedder),
+        audit=AuditLog(sessions),
+    )
+    log.info("gateway.services_ready", seconds=round(time.perf_counter() - started, 1))
+    return services
+
+
+def ingest_sample_corpus(
+    settings: Settings, sessions: sessionmaker[Session], store: DocumentStore, corpus: Path
+) -> None:
+    """Ingest the shipped sample documents into the default tenant once, on first start."""
+    tenant, collection = settings.default_tenant, settings.default_collection
+    with sessions() as session:
+        present = session.scalar(
+            select(Document.id).where(Document.tenant == tenant).limit(1)
+        )
+    if present is not None or not corpus.is_dir():
+        return
+    results = store.ingest_paths([corpus], tenant=tenant, collection=collection, progress=True)
+    log.info("sample_corpus.ingested", documents=len(results), collection=collection)

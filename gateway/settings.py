@@ -1,0 +1,45 @@
+"""Configuration, read once from the environment (`BASTION_*`) and passed down."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class Settings(BaseSettings):
+    """Every command (`serve`, `ingest`, `keys`, `db`) reads the same settings."""
+
+    model_config = SettingsConfigDict(env_prefix="BASTION_", extra="ignore")
+
+    data_dir: Path = Field(default=Path("data"), description="Database, indexes and keys.")
+    database_url: str | None = Field(
+        default=None, description="SQLAlchemy URL; default: SQLite file in the data folder."
+    )
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    policy_path: Path = REPO_ROOT / "policies" / "default.yaml"
+    model_path: Path | None = Field(
+        default=None, description="A .gguf file or HF folder; default: SmolLM2-135M-Instruct."
+    )
+    device: str | None = Field(default=None, description="cpu or cuda; default: auto.")
+    sample_corpus: Path | None = REPO_ROOT / "docs" / "sample-corpus"
+    default_tenant: str = "default"
+    default_collection: str = "docs"
+
+    @property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'bastion.db').resolve()}"
+
+    @property
+    def index_dir(self) -> Path:
+        return self.data_dir / "indexes"
+
+    @property
+    def default_key_file(self) -> Path:
+        return self.data_dir / "default-api-key.txt"

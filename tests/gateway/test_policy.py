@@ -1,0 +1,64 @@
+"""Policies: the default loads, and a bad edit names its line and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.policy import PolicyError, load_policy
+from gateway.settings import REPO_ROOT
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "policy.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_default_policy_loads_with_a_content_version() -> None:
+    loaded = load_policy(REPO_ROOT / "policies" / "default.yaml")
+    assert loaded.policy.name == "default"
+    assert loaded.policy.input.injection.mode == "enforce"
+    assert len(loaded.version) == 64
+
+
+def test_version_changes_with_the_content(tmp_path: Path) -> None:
+    first = load_policy(write(tmp_path, "name: a\n")).version
+    second = load_policy(write(tmp_path, "name: b\n")).version
+    assert first != second
+
+
+def test_unknown_key_is_reported_with_its_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: x\ninput:\n  injection:\n    enabeld: true\n")
+    with pytest.raises(PolicyError) as caught:
+        load_policy(path)
+    issue = caught.value.issues[0]
+    assert issue.field == "input.injection.enabeld"
+    assert issue.line == 4
+    assert "unknown key" in issue.message
+    assert str(path) in str(caught.value)
+
+
+def test_wrong_type_is_reported_with_its_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: x\nretrieval:\n  top_k: lots\n")
+    with pytest.raises(PolicyError) as caught:
+        load_policy(path)
+    issue = caught.value.issues[0]
+    assert (issue.field, issue.line, issue.column) == ("retrieval.top_k", 3, 10)
+
+
+def test_missing_name_and_bad_mode_are_both_reported(tmp_path: Path) -> None:
+    path = write(tmp_path, "input:\n  pii:\n    mode: sometimes\n")
+    with pytest.raises(PolicyError) as caught:
+        load_policy(path)
+    fields = {issue.field for issue in caught.value.issues}
+    assert fields == {"name", "input.pii.mode"}
+
+
+def test_broken_yaml_is_reported_with_its_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: x\ninput: [unclosed\n")
+    with pytest.raises(PolicyError) as caught:
+        load_policy(path)
+    assert caught.value.issues[0].line is not None
+    assert caught.value.issues[0].field == "(yaml)"

@@ -1,0 +1,127 @@
+"""A live Bastion server on 127.0.0.1, built from the real components, for client tests."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+from sqlalchemy import select
+
+from engine import ChatMessage, Engine, GenerationRequest, TokenDelta, TransformersEngine
+from gateway.app import create_app
+from gateway.audit import AuditLog
+from gateway.keys import create_key
+from gateway.models import AuditRecord
+from gateway.policy import load_policy
+from gateway.services import (
+    Services,
+    build_policy_runtime,
+    ingest_sample_corpus,
+    open_database,
+)
+from gateway.settings import REPO_ROOT, Settings
+from guardrails import build_analyzer
+from retrieval import DocumentStore, Embedder
+
+
+class RecordingEngine:
+    """Passes every call to the real engine and remembers what it was asked to run."""
+
+    def __init__(self, inner: Engine) -> None:
+        self._inner = inner
+        self.received: dict[str, tuple[ChatMessage, ...]] = {}
+
+    @property
+    def model_id(self) -> str:
+        return self._inner.model_id
+
+    @property
+    def context_window(self) -> int:
+        return self._inner.context_window
+
+    def count_prompt_tokens(self, messages: Sequence[ChatMessage]) -> int:
+        return self._inner.count_prompt_tokens(messages)
+
+    async def stream(self, request: GenerationRequest) -> AsyncIterator[TokenDelta]:
+        self.received[request.request_id] = request.messages
+        async for delta in self._inner.stream(request):
+            yield delta
+
+    def close(self) -> None:
+        """The session fixture owns the real engine."""
+
+
+@dataclass
+class LiveServer:
+    base_url: str
+    api_key: str
+    services: Services
+    engine: RecordingEngine
+    settings: Settings
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def audit_rows(self, request_id: str) -> list[AuditRecord]:
+        with self.services.sessions() as session:
+            return list(
+                session.scalars(select(AuditRecord).where(AuditRecord.request_id == request_id))
+            )
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def live_server(
+    tmp_path_factory: pytest.TempPathFactory, chat_engine: TransformersEngine
+) -> Iterator[LiveServer]:
+    data_dir: Path = tmp_path_factory.mktemp("bastion-data")
+    settings = Settings(data_dir=data_dir, port=_free_port())
+    sessions = open_database(settings)
+    embedder = Embedder.load()
+    analyzer = build_analyzer()
+    store = DocumentStore(sessions, embedder, settings.index_dir)
+    assert settings.sample_corpus is not None
+    ingest_sample_corpus(settings, sessions, store, settings.sample_corpus)
+    engine = RecordingEngine(chat_engine)
+    services = Services(
+        settings=settings,
+        sessions=sessions,
+        engine=engine,
+        embedder=embedder,
+        store=store,
+        analyzer=analyzer,
+        policy=build_policy_runtime(
+            load_policy(REPO_ROOT / "policies" / "default.yaml"), analyzer, embedder
+        ),
+        audit=AuditLog(sessions),
+    )
+    secret, _ = create_key(sessions, settings.default_tenant, "user")
+    config = uvicorn.Config(
+        create_app(settings, services), host="127.0.0.1", port=settings.port, log_level="warning"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    base_url = f"http://127.0.0.1:{settings.port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{base_url}/readyz", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.1)
+    else:
+        raise RuntimeError("live server did not become ready")
+    yield LiveServer(base_url, secret, services, engine, settings)
+    server.should_exit = True
+    thread.join(timeout=10)

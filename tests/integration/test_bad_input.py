@@ -1,0 +1,106 @@
+"""Bad input gets a clear OpenAI-shaped 4xx, never a 500, and is audited once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.integration.conftest import LiveServer
+
+GOOD_MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+def post(live_server: LiveServer, body: Any, *, key: str | None = "valid",
+         raw: bytes | None = None) -> httpx.Response:
+    headers = {"content-type": "application/json"}
+    if key == "valid":
+        headers["authorization"] = f"Bearer {live_server.api_key}"
+    elif key is not None:
+        headers["authorization"] = f"Bearer {key}"
+    return httpx.post(
+        f"{live_server.base_url}/v1/chat/completions",
+        headers=headers,
+        content=raw if raw is not None else None,
+        json=body if raw is None else None,
+        timeout=60,
+    )
+
+
+def assert_openai_error(response: httpx.Response, status: int, param: str | None = None) -> None:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["message"]
+    assert response.headers["x-request-id"]
+    if param is not None:
+        assert error["param"] == param
+
+
+@pytest.mark.parametrize(
+    ("case", "body", "raw", "param"),
+    [
+        ("invalid json", None, b'{"messages": [', None),
+        ("not an object", None, b"[1, 2]", None),
+        ("missing messages", {"model": "x"}, None, "messages"),
+        ("empty messages", {"messages": []}, None, "messages"),
+        ("unknown role", {"messages": [{"role": "wizard", "content": "hi"}]}, None,
+         "messages.0.role"),
+        ("empty content", {"messages": [{"role": "user", "content": ""}]}, None, "messages.0"),
+        ("blank content", {"messages": [{"role": "user", "content": "   "}]}, None,
+         "messages.0"),
+        ("zero max_tokens", {"messages": GOOD_MESSAGES, "max_tokens": 0}, None, "max_tokens"),
+        ("negative max_tokens", {"messages": GOOD_MESSAGES, "max_tokens": -5}, None,
+         "max_tokens"),
+        ("temperature too high", {"messages": GOOD_MESSAGES, "temperature": 7}, None,
+         "temperature"),
+    ],
+)
+def test_invalid_request_is_a_400(
+    live_server: LiveServer, case: str, body: Any, raw: bytes | None, param: str | None
+) -> None:
+    response = post(live_server, body, raw=raw)
+    assert_openai_error(response, 400, param)
+    rows = live_server.audit_rows(response.headers["x-request-id"])
+    assert len(rows) == 1 and rows[0].outcome == "rejected" and rows[0].status_code == 400
+
+
+def test_wrong_api_key_is_a_401(live_server: LiveServer) -> None:
+    response = post(live_server, {"messages": GOOD_MESSAGES}, key="bst_not-a-real-key")
+    assert_openai_error(response, 401)
+    assert response.json()["error"]["code"] == "invalid_api_key"
+    assert live_server.api_key not in response.text
+
+
+def test_missing_api_key_is_a_401(live_server: LiveServer) -> None:
+    response = post(live_server, {"messages": GOOD_MESSAGES}, key=None)
+    assert_openai_error(response, 401)
+    rows = live_server.audit_rows(response.headers["x-request-id"])
+    assert len(rows) == 1 and rows[0].tenant is None and rows[0].status_code == 401
+
+
+def test_unknown_model_is_a_404(live_server: LiveServer) -> None:
+    response = post(live_server, {"model": "gpt-9", "messages": GOOD_MESSAGES})
+    assert_openai_error(response, 404, "model")
+
+
+def test_unknown_route_is_an_openai_shaped_404(live_server: LiveServer) -> None:
+    response = httpx.get(f"{live_server.base_url}/v1/nothing-here", timeout=10)
+    assert_openai_error(response, 404)
+
+
+def test_prompt_beyond_the_context_window_is_refused(live_server: LiveServer) -> None:
+    long_text = "lorem ipsum dolor " * 3000
+    response = post(live_server, {"messages": [{"role": "user", "content": long_text}],
+                                  "max_tokens": 100})
+    assert_openai_error(response, 400, "messages")
+    assert response.json()["error"]["code"] == "context_length_exceeded"
+
+
+def test_health_and_openapi(live_server: LiveServer) -> None:
+    assert httpx.get(f"{live_server.base_url}/healthz", timeout=10).json() == {"status": "ok"}
+    ready = httpx.get(f"{live_server.base_url}/readyz", timeout=10)
+    assert ready.status_code == 200 and ready.json()["status"] == "ready"
+    schema = httpx.get(f"{live_server.base_url}/schema/openapi.json", timeout=10).json()
+    assert "/v1/chat/completions" in schema["paths"]
