@@ -47,8 +47,10 @@ class TransformersEngine:
         kwargs: dict[str, Any] = {"gguf_file": source.gguf_file} if source.gguf_file else {}
         tokenizer = AutoTokenizer.from_pretrained(str(source.folder), **kwargs)
         dtype = torch.bfloat16 if target.type == "cuda" else torch.float32
-        model = AutoModelForCausalLM.from_pretrained(str(source.folder), dtype=dtype, **kwargs)
-        model.to(target).eval()
+        model: Any = AutoModelForCausalLM.from_pretrained(
+            str(source.folder), dtype=dtype, **kwargs
+        )
+        model = model.to(target).eval()
         log.info(
             "engine.loaded",
             model=source.model_id,

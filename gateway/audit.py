@@ -39,9 +39,7 @@ class AuditEntry:
 
     def to_row(self) -> AuditRecord:
         values: dict[str, Any] = {
-            name: getattr(self, name)
-            for name in self.__dataclass_fields__
-            if name != "verdicts"
+            name: getattr(self, name) for name in self.__dataclass_fields__ if name != "verdicts"
         }
         return AuditRecord(**values, verdicts=[v.to_dict() for v in self.verdicts])
 

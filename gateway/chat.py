@@ -105,17 +105,18 @@ class ChatService:
 
         texts = [m.text for m in body.messages]
         last_user = next((m.text for m in reversed(body.messages) if m.role == "user"), "")
-        checked = await asyncio.to_thread(
-            runtime.input_guardrails.check, texts, last_user
-        )
+        checked = await asyncio.to_thread(runtime.input_guardrails.check, texts, last_user)
         entry.verdicts.extend(checked.verdicts)
         if checked.blocking is not None:
             entry.outcome = "blocked"
             raise guardrail_block(checked.blocking.check, _reason(checked.blocking))
         redacted = list(checked.texts)
         redacted_query = next(
-            (t for m, t in zip(reversed(body.messages), reversed(redacted), strict=True)
-             if m.role == "user"),
+            (
+                t
+                for m, t in zip(reversed(body.messages), reversed(redacted), strict=True)
+                if m.role == "user"
+            ),
             "",
         )
         chunks = await asyncio.to_thread(self._retrieve, entry, redacted_query)
@@ -277,8 +278,7 @@ class ChatService:
                 system_parts.append(text)
             elif message.role == "assistant" and message.tool_calls:
                 calls = "".join(
-                    '<tool_call>{"name": %s, "arguments": %s}</tool_call>'
-                    % (json.dumps(c.function.name), c.function.arguments)
+                    _tool_call_markup(c.function.name, c.function.arguments)
                     for c in message.tool_calls
                 )
                 conversation.append(ChatMessage("assistant", text + calls))
@@ -304,3 +304,8 @@ class ChatService:
 
 def _reason(verdict: Verdict) -> str:
     return "; ".join(verdict.evidence) or verdict.check
+
+
+def _tool_call_markup(name: str, arguments: str) -> str:
+    """A past tool call, written back in the format the model is told to use."""
+    return f'<tool_call>{{"name": {json.dumps(name)}, "arguments": {arguments}}}</tool_call>'

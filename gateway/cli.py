@@ -86,8 +86,10 @@ def _ingest(settings: Settings, args: argparse.Namespace) -> int:
     sessions = open_database(settings)
     store = DocumentStore(sessions, Embedder.load(), settings.index_dir)
     results = store.ingest_paths(args.paths, tenant=args.tenant, collection=args.collection)
-    counts = {status: sum(r.status == status for r in results)
-              for status in ("created", "updated", "unchanged")}
+    counts = {
+        status: sum(r.status == status for r in results)
+        for status in ("created", "updated", "unchanged")
+    }
     print(f"{len(results)} documents: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
     return 0
 
@@ -98,8 +100,11 @@ def _create_key(settings: Settings, args: argparse.Namespace) -> int:
 
     secret, identity = create_key(open_database(settings), args.tenant, args.role)
     print(secret)
-    print(f"key id {identity.key_id}, tenant {identity.tenant}, role {identity.role}. "
-          "This is the only time the key is shown.", file=sys.stderr)
+    print(
+        f"key id {identity.key_id}, tenant {identity.tenant}, role {identity.role}. "
+        "This is the only time the key is shown.",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -97,6 +97,7 @@ def internal_error_handler(request: Request[Any, Any, Any], exc: Exception) -> R
     import structlog
 
     structlog.get_logger(__name__).exception("gateway.unhandled_error", path=request.url.path)
-    error = ApiError(500, "The server had an error while processing your request.",
-                     type="server_error")
+    error = ApiError(
+        500, "The server had an error while processing your request.", type="server_error"
+    )
     return api_error_handler(request, error)

@@ -50,9 +50,7 @@ def chunk_body(
         "object": "chat.completion.chunk",
         "created": chat.created,
         "model": chat.model,
-        "choices": [
-            {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        ],
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
     }
     if with_usage_field:
         body["usage"] = None

@@ -15,7 +15,7 @@ _STATE_KEY = "bastion_request_id"
 
 def request_id_of(scope: Scope) -> str:
     """The request's id: the client's `x-request-id` when it is safe, else a new one."""
-    state: dict[str, Any] = scope.setdefault("state", {})  # type: ignore[typeddict-item]
+    state: dict[str, Any] = scope.setdefault("state", {})
     existing = state.get(_STATE_KEY)
     if existing:
         return str(existing)

@@ -97,8 +97,7 @@ async def list_models(request: Request[Any, Any, Any]) -> dict[str, Any]:
     return {
         "object": "list",
         "data": [
-            {"id": services.engine.model_id, "object": "model", "created": 0,
-             "owned_by": "bastion"}
+            {"id": services.engine.model_id, "object": "model", "created": 0, "owned_by": "bastion"}
         ],
     }
 
@@ -148,39 +147,56 @@ async def _event_stream(
     services: Services,
     started: float,
 ) -> AsyncIterator[bytes]:
+    """SSE events for one answer. The audit record is written before the closing events,
+    so a client that has read `[DONE]` finds it; a disconnect is recorded as cancelled."""
     entry = chat.entry
     with_usage = body.include_usage
-    completed = False
+    recorded = False
+
+    async def record() -> None:
+        nonlocal recorded
+        recorded = True
+        entry.latency_ms = (time.perf_counter() - started) * 1000
+        await asyncio.to_thread(services.audit.record, entry)
+
     try:
-        yield sse(chunk_body(chat, {"role": "assistant", "content": ""},
-                             with_usage_field=with_usage) | {"citations": chat.citations()})
+        yield sse(
+            chunk_body(chat, {"role": "assistant", "content": ""}, with_usage_field=with_usage)
+            | {"citations": chat.citations()}
+        )
         released: list[str] = []
         async for text in service.stream_text(chat):
             released.append(text)
             yield sse(chunk_body(chat, {"content": text}, with_usage_field=with_usage))
         answer = await service.finish(chat, "".join(released))
+        closing: list[bytes] = []
         if chat.tools and answer.tool_calls:
             calls = [call | {"index": i} for i, call in enumerate(answer.tool_calls)]
-            yield sse(chunk_body(chat, {"tool_calls": calls}, with_usage_field=with_usage))
+            closing.append(
+                sse(chunk_body(chat, {"tool_calls": calls}, with_usage_field=with_usage))
+            )
         elif chat.tools and answer.content:
-            yield sse(chunk_body(chat, {"content": answer.content}, with_usage_field=with_usage))
-        yield sse(chunk_body(chat, {}, answer.finish_reason, with_usage_field=with_usage))
+            delta = {"content": answer.content}
+            closing.append(sse(chunk_body(chat, delta, with_usage_field=with_usage)))
+        closing.append(sse(chunk_body(chat, {}, answer.finish_reason, with_usage_field=with_usage)))
         if with_usage:
-            yield sse(usage_chunk_body(chat, answer))
-        yield sse("[DONE]")
-        completed = True
+            closing.append(sse(usage_chunk_body(chat, answer)))
+        closing.append(sse("[DONE]"))
+        await record()
+        for event in closing:
+            yield event
     except ApiError as error:
         entry.status_code, entry.error_code, entry.outcome = error.status, error.code, "error"
-        completed = True
+        await record()
         yield sse(error.body())
     except Exception:
         log.exception("chat.stream_failed", request_id=entry.request_id)
         entry.status_code, entry.outcome = 500, "error"
-        completed = True
-        yield sse(ApiError(500, "The server had an error while streaming.",
-                           type="server_error").body())
+        await record()
+        yield sse(
+            ApiError(500, "The server had an error while streaming.", type="server_error").body()
+        )
     finally:
-        if not completed:
+        if not recorded:
             entry.outcome, entry.status_code = "cancelled", 499
-        entry.latency_ms = (time.perf_counter() - started) * 1000
-        await asyncio.to_thread(services.audit.record, entry)
+            await record()

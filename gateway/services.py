@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
+from presidio_analyzer import AnalyzerEngine
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -23,7 +24,6 @@ from guardrails import (
     TopicMatcher,
     build_analyzer,
 )
-from presidio_analyzer import AnalyzerEngine
 from retrieval import DocumentStore, Embedder
 from retrieval.models import Document
 
@@ -108,9 +108,7 @@ def ingest_sample_corpus(
     """Ingest the shipped sample documents into the default tenant once, on first start."""
     tenant, collection = settings.default_tenant, settings.default_collection
     with sessions() as session:
-        present = session.scalar(
-            select(Document.id).where(Document.tenant == tenant).limit(1)
-        )
+        present = session.scalar(select(Document.id).where(Document.tenant == tenant).limit(1))
     if present is not None or not corpus.is_dir():
         return
     results = store.ingest_paths([corpus], tenant=tenant, collection=collection, progress=True)

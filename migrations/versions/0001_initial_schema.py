@@ -82,6 +82,7 @@ def upgrade() -> None:
         sa.Column("collection", sa.String(128), nullable=False),
         sa.Column("ordinal", sa.Integer, nullable=False),
         sa.Column("text", sa.Text, nullable=False),
+        sqlite_autoincrement=True,
     )
     op.create_index("ix_chunks_document_id", "chunks", ["document_id"])
     op.create_index("ix_chunks_tenant_collection", "chunks", ["tenant", "collection"])

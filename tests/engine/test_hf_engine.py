@@ -31,13 +31,20 @@ def test_greedy_output_equals_transformers_generate(chat_engine: TransformersEng
     ours = "".join(d.text for d in deltas)
     tokenizer, model = chat_engine._tokenizer, chat_engine._model
     prompt = tokenizer.apply_chat_template(
-        [{"role": "user", "content": QUESTION[0].content}], add_generation_prompt=True,
+        [{"role": "user", "content": QUESTION[0].content}],
+        add_generation_prompt=True,
         return_tensors="pt",
     )
     with torch.inference_mode():
-        out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=20,
-                             do_sample=False, eos_token_id=2, pad_token_id=2)
-    expected = tokenizer.decode(out[0, prompt.shape[1]:], skip_special_tokens=True)
+        out = model.generate(
+            prompt,
+            attention_mask=torch.ones_like(prompt),
+            max_new_tokens=20,
+            do_sample=False,
+            eos_token_id=2,
+            pad_token_id=2,
+        )
+    expected = tokenizer.decode(out[0, prompt.shape[1] :], skip_special_tokens=True)
     assert ours == expected
     assert deltas[-1].finish_reason in ("stop", "length")
     assert deltas[-1].completion_tokens <= 20
@@ -50,11 +57,14 @@ def test_max_tokens_ends_with_length(chat_engine: TransformersEngine) -> None:
 
 
 def test_stop_string_ends_the_answer_before_it(chat_engine: TransformersEngine) -> None:
-    full = "".join(d.text for d in run(
-        chat_engine, GenerationRequest("f", QUESTION, SamplingParams(max_tokens=30))))
+    full = "".join(
+        d.text
+        for d in run(chat_engine, GenerationRequest("f", QUESTION, SamplingParams(max_tokens=30)))
+    )
     word = full.split()[3]
-    deltas = run(chat_engine, GenerationRequest(
-        "s", QUESTION, SamplingParams(max_tokens=30, stop=(word,))))
+    deltas = run(
+        chat_engine, GenerationRequest("s", QUESTION, SamplingParams(max_tokens=30, stop=(word,)))
+    )
     text = "".join(d.text for d in deltas)
     assert word not in text
     assert full.startswith(text)
@@ -71,7 +81,8 @@ def test_seeded_sampling_is_reproducible(chat_engine: TransformersEngine) -> Non
 def test_closing_the_stream_stops_generation(chat_engine: TransformersEngine) -> None:
     async def take_two_then_close() -> int:
         stream = chat_engine.stream(
-            GenerationRequest("c", QUESTION, SamplingParams(max_tokens=500)))
+            GenerationRequest("c", QUESTION, SamplingParams(max_tokens=500))
+        )
         seen = 0
         async for _ in stream:
             seen += 1
@@ -88,6 +99,7 @@ def test_closing_the_stream_stops_generation(chat_engine: TransformersEngine) ->
 
 def test_prompt_beyond_context_is_refused(chat_engine: TransformersEngine) -> None:
     request = GenerationRequest(
-        "x", QUESTION, SamplingParams(max_tokens=chat_engine.context_window))
+        "x", QUESTION, SamplingParams(max_tokens=chat_engine.context_window)
+    )
     with pytest.raises(ContextLengthExceeded, match="maximum context length"):
         run(chat_engine, request)

@@ -16,10 +16,8 @@ def test_greedy_picks_the_argmax() -> None:
 def test_same_seed_same_choices() -> None:
     logits = torch.zeros(50)
     params = SamplingParams(temperature=1.0)
-    first = [sample_next_token(logits, params, torch.Generator().manual_seed(7))
-             for _ in range(5)]
-    second = [sample_next_token(logits, params, torch.Generator().manual_seed(7))
-              for _ in range(5)]
+    first = [sample_next_token(logits, params, torch.Generator().manual_seed(7)) for _ in range(5)]
+    second = [sample_next_token(logits, params, torch.Generator().manual_seed(7)) for _ in range(5)]
     assert first == second
 
 

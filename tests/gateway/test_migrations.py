@@ -33,13 +33,16 @@ def check_schema_and_audit_roundtrip(url: str) -> None:
         assert {c["name"] for c in inspector.get_columns(table)} == columns, table
     request_id = f"req_{uuid.uuid4().hex}"
     AuditLog(make_session_factory(engine)).record(
-        AuditEntry(request_id=request_id, endpoint="/v1/chat/completions", outcome="ok",
-                   status_code=200, verdicts=[Verdict("pii", "redact", 0.9, ("EMAIL x1",))])
+        AuditEntry(
+            request_id=request_id,
+            endpoint="/v1/chat/completions",
+            outcome="ok",
+            status_code=200,
+            verdicts=[Verdict("pii", "redact", 0.9, ("EMAIL x1",))],
+        )
     )
     with make_session_factory(engine)() as session:
-        row = session.scalars(
-            select(AuditRecord).where(AuditRecord.request_id == request_id)
-        ).one()
+        row = session.scalars(select(AuditRecord).where(AuditRecord.request_id == request_id)).one()
     assert row.verdicts[0]["check"] == "pii" and row.verdicts[0]["evidence"] == ["EMAIL x1"]
     engine.dispose()
 

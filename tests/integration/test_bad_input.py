@@ -12,8 +12,9 @@ from tests.integration.conftest import LiveServer
 GOOD_MESSAGES = [{"role": "user", "content": "hi"}]
 
 
-def post(live_server: LiveServer, body: Any, *, key: str | None = "valid",
-         raw: bytes | None = None) -> httpx.Response:
+def post(
+    live_server: LiveServer, body: Any, *, key: str | None = "valid", raw: bytes | None = None
+) -> httpx.Response:
     headers = {"content-type": "application/json"}
     if key == "valid":
         headers["authorization"] = f"Bearer {live_server.api_key}"
@@ -45,16 +46,22 @@ def assert_openai_error(response: httpx.Response, status: int, param: str | None
         ("not an object", None, b"[1, 2]", None),
         ("missing messages", {"model": "x"}, None, "messages"),
         ("empty messages", {"messages": []}, None, "messages"),
-        ("unknown role", {"messages": [{"role": "wizard", "content": "hi"}]}, None,
-         "messages.0.role"),
+        (
+            "unknown role",
+            {"messages": [{"role": "wizard", "content": "hi"}]},
+            None,
+            "messages.0.role",
+        ),
         ("empty content", {"messages": [{"role": "user", "content": ""}]}, None, "messages.0"),
-        ("blank content", {"messages": [{"role": "user", "content": "   "}]}, None,
-         "messages.0"),
+        ("blank content", {"messages": [{"role": "user", "content": "   "}]}, None, "messages.0"),
         ("zero max_tokens", {"messages": GOOD_MESSAGES, "max_tokens": 0}, None, "max_tokens"),
-        ("negative max_tokens", {"messages": GOOD_MESSAGES, "max_tokens": -5}, None,
-         "max_tokens"),
-        ("temperature too high", {"messages": GOOD_MESSAGES, "temperature": 7}, None,
-         "temperature"),
+        ("negative max_tokens", {"messages": GOOD_MESSAGES, "max_tokens": -5}, None, "max_tokens"),
+        (
+            "temperature too high",
+            {"messages": GOOD_MESSAGES, "temperature": 7},
+            None,
+            "temperature",
+        ),
     ],
 )
 def test_invalid_request_is_a_400(
@@ -92,8 +99,9 @@ def test_unknown_route_is_an_openai_shaped_404(live_server: LiveServer) -> None:
 
 def test_prompt_beyond_the_context_window_is_refused(live_server: LiveServer) -> None:
     long_text = "lorem ipsum dolor " * 3000
-    response = post(live_server, {"messages": [{"role": "user", "content": long_text}],
-                                  "max_tokens": 100})
+    response = post(
+        live_server, {"messages": [{"role": "user", "content": long_text}], "max_tokens": 100}
+    )
     assert_openai_error(response, 400, "messages")
     assert response.json()["error"]["code"] == "context_length_exceeded"
 

@@ -1,0 +1,68 @@
+"""The input pipeline: injection, then PII redaction, then the topic allow-list."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from guardrails.injection import InjectionDetector
+from guardrails.pii import PiiRedactor
+from guardrails.topics import TopicMatcher
+from guardrails.verdict import Verdict
+
+
+@dataclass(slots=True)
+class InputCheckResult:
+    """Texts to forward, every verdict in order, the first blocking one, and the
+    placeholder -> original map of the redaction."""
+
+    texts: list[str]
+    verdicts: list[Verdict]
+    blocking: Verdict | None
+    placeholders: dict[str, str]
+
+
+class InputGuardrails:
+    """Runs the input checks in order and stops at the first blocking verdict."""
+
+    def __init__(
+        self, injection: InjectionDetector, pii: PiiRedactor, topics: TopicMatcher | None
+    ) -> None:
+        self._injection = injection
+        self._pii = pii
+        self._topics = topics
+
+    def check(self, texts: Sequence[str], topic_text: str) -> InputCheckResult:
+        """Check a request's texts; `topic_text` (the last user message) is topic-checked
+        after redaction, so no raw PII reaches the embedder or the audit record."""
+        injection = self._injection.check(texts)
+        verdicts = [injection]
+        if injection.blocks:
+            return InputCheckResult(list(texts), verdicts, injection, {})
+
+        pii = self._pii.check_detailed(texts)
+        verdicts.append(pii.verdict)
+        if self._topics is None:
+            return InputCheckResult(pii.texts, verdicts, None, pii.placeholders)
+
+        topic = self._topics.check(
+            self._redacted_topic_text(texts, pii.texts, topic_text, pii.placeholders)
+        )
+        verdicts.append(topic)
+        blocking = topic if topic.blocks else None
+        return InputCheckResult(pii.texts, verdicts, blocking, pii.placeholders)
+
+    def _redacted_topic_text(
+        self,
+        texts: Sequence[str],
+        redacted: list[str],
+        topic_text: str,
+        placeholders: dict[str, str],
+    ) -> str:
+        """The topic text as redacted in this request (reusing its placeholders)."""
+        for original, out in zip(reversed(texts), reversed(redacted), strict=True):
+            if original == topic_text:
+                return out
+        if self._pii.config.enabled and self._pii.config.mode == "enforce":
+            return self._pii.redact(topic_text, known=dict(placeholders)).text
+        return topic_text

@@ -1,0 +1,59 @@
+"""Database tables for ingested documents and their chunks."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+from sqlalchemy import DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class RetrievalBase(DeclarativeBase):
+    """Declarative base of the retrieval tables, separate from other packages' tables."""
+
+
+def new_document_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Document(RetrievalBase):
+    """One ingested source (file, page) of a tenant's collection."""
+
+    __tablename__ = "documents"
+    __table_args__ = (
+        UniqueConstraint("tenant", "collection", "source", name="uq_documents_source"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_document_id)
+    tenant: Mapped[str] = mapped_column(String(128), index=True)
+    collection: Mapped[str] = mapped_column(String(128))
+    title: Mapped[str] = mapped_column(String(512))
+    source: Mapped[str] = mapped_column(String(1024))
+    content_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_utcnow)
+
+
+class Chunk(RetrievalBase):
+    """A piece of a document; its id is also its vector id in the faiss index."""
+
+    __tablename__ = "chunks"
+    __table_args__ = (
+        Index("ix_chunks_tenant_collection", "tenant", "collection"),
+        # SQLite would otherwise reuse the ids of deleted rows, and a stale vector left in an
+        # index after a crash would then point at an unrelated chunk.
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    document_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("documents.id", ondelete="CASCADE"), index=True
+    )
+    tenant: Mapped[str] = mapped_column(String(128))
+    collection: Mapped[str] = mapped_column(String(128))
+    ordinal: Mapped[int] = mapped_column(Integer)
+    text: Mapped[str] = mapped_column(Text)

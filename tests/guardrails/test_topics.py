@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from guardrails.config import Topic, TopicConfig
+from guardrails.topics import Embedder, TopicMatcher
+
+TOPICS = [
+    Topic(
+        name="it-support",
+        description="IT support: passwords, VPN access, laptops, email and software installs",
+        examples=["How do I reset my password?", "The VPN won't connect from home"],
+    ),
+    Topic(
+        name="hr",
+        description="Human resources: vacation days, payroll, benefits and parental leave",
+        examples=["How many vacation days do I have left?"],
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def matcher(embedder: Embedder) -> TopicMatcher:
+    return TopicMatcher(embedder, TopicConfig(enabled=True, allowed=TOPICS))
+
+
+def test_embedder_rows_are_normalised(embedder: Embedder) -> None:
+    vectors = embedder(["hello", "world"])
+    assert vectors.dtype == np.float32
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-4)
+
+
+def test_on_topic_question_is_allowed(matcher: TopicMatcher) -> None:
+    verdict = matcher.check("My laptop cannot connect to the VPN, what should I do?")
+    assert verdict.action == "allow"
+    assert verdict.evidence == ("it-support",)
+    assert verdict.score >= 0.25
+
+
+def test_closest_topic_is_named(matcher: TopicMatcher) -> None:
+    verdict = matcher.check("When is payroll processed this month?")
+    assert verdict.action == "allow"
+    assert verdict.evidence == ("hr",)
+
+
+def test_off_topic_request_is_blocked(matcher: TopicMatcher) -> None:
+    verdict = matcher.check("Write a sonnet about pirates sailing to the moon")
+    assert verdict.action == "block"
+    assert verdict.check == "topic"
+    assert verdict.evidence[0].startswith("off-topic; closest: ")
+    assert verdict.score < 0.25
+
+
+def test_disabled_or_empty_allows(embedder: Embedder) -> None:
+    disabled = TopicMatcher(embedder, TopicConfig(enabled=False, allowed=TOPICS))
+    assert disabled.check("Write a sonnet about pirates").action == "allow"
+    empty = TopicMatcher(embedder, TopicConfig(enabled=True))
+    assert empty.check("Write a sonnet about pirates").action == "allow"
+
+
+def test_threshold_out_of_range_is_rejected() -> None:
+    with pytest.raises(ValueError):
+        TopicConfig(threshold=1.5)

@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from retrieval import chunk_text, title_of
+
+
+def _sentences(count: int) -> str:
+    return " ".join(f"Sentence number {i} talks about topic {i}." for i in range(count))
+
+
+def test_heading_starts_new_chunk_and_stays_with_its_section() -> None:
+    text = "Intro line.\n\n# Alpha\n\nAlpha body.\n\n## Beta\nBeta body.\n"
+    assert chunk_text(text) == ["Intro line.", "# Alpha\n\nAlpha body.", "## Beta\n\nBeta body."]
+
+
+def test_heading_followed_directly_by_subheading_is_not_a_chunk_of_its_own() -> None:
+    chunks = chunk_text("# Guide\n## Install\nRun the installer.")
+    assert chunks == ["# Guide\n\n## Install\n\nRun the installer."]
+
+
+def test_hash_lines_inside_code_fences_are_not_headings() -> None:
+    text = "# Setup\n\n```sh\n# not a heading\necho hi\n```\n"
+    chunks = chunk_text(text)
+    assert len(chunks) == 1
+    assert "# not a heading" in chunks[0]
+    assert title_of("```\n# comment\n```\n## Real title\n", "x") == "Real title"
+
+
+def test_consecutive_chunks_of_a_section_overlap() -> None:
+    chunks = chunk_text("# Topic\n\n" + _sentences(30), max_chars=200, overlap_chars=80)
+    assert len(chunks) > 3
+    assert chunks[0].startswith("# Topic")
+    for previous, current in itertools.pairwise(chunks):
+        first_sentence = current.split(".")[0] + "."
+        assert first_sentence in previous, (previous, current)
+    assert all(len(chunk) <= 200 for chunk in chunks)
+
+
+def test_no_overlap_when_disabled_and_none_across_sections() -> None:
+    chunks = chunk_text(_sentences(30), max_chars=200, overlap_chars=0)
+    joined_lengths = sum(len(chunk) for chunk in chunks) + len(chunks) - 1
+    assert joined_lengths == len(_sentences(30))
+
+    sectioned = chunk_text("# A\n\nApples are red.\n\n# B\n\nBananas are yellow.", overlap_chars=50)
+    assert sectioned == ["# A\n\nApples are red.", "# B\n\nBananas are yellow."]
+
+
+def test_no_empty_chunks() -> None:
+    assert chunk_text("") == []
+    assert chunk_text("   \n\n\t\n  ") == []
+    messy = "\n\n\nFirst.\n\n\n\n   \n\nSecond.\n\n# H\n\n\n\n"
+    chunks = chunk_text(messy, max_chars=10, overlap_chars=2)
+    assert chunks
+    assert all(chunk.strip() for chunk in chunks)
+
+
+def test_long_text_without_boundaries_is_cut_to_size() -> None:
+    text = "x" * 2500 + " " + "word " * 400
+    chunks = chunk_text(text, max_chars=300, overlap_chars=40)
+    assert all(0 < len(chunk) <= 300 for chunk in chunks)
+    assert "".join(chunks).count("x") >= 2500
+    assert sum(chunk.count("word") for chunk in chunks) >= 400
+
+
+def test_invalid_sizes_are_rejected() -> None:
+    with pytest.raises(ValueError, match="overlap_chars"):
+        chunk_text("text", max_chars=100, overlap_chars=100)
+    with pytest.raises(ValueError, match="max_chars"):
+        chunk_text("text", max_chars=0)
+
+
+def test_title_of() -> None:
+    assert title_of("Some text\n\n## Expense reports ##\nBody", "fallback") == "Expense reports"
+    assert title_of("No heading here.\n#hashtag", "notes.txt") == "notes.txt"
