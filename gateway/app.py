@@ -12,6 +12,7 @@ from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 from litestar.openapi import OpenAPIConfig
 
+from gateway.audit_routes import AUDIT_ROUTES
 from gateway.errors import (
     ApiError,
     api_error_handler,
@@ -45,7 +46,7 @@ def create_app(settings: Settings, services: Services | None = None) -> Litestar
                 loaded.engine.close()
 
     return Litestar(
-        route_handlers=[healthz, readyz, list_models, chat_completions],
+        route_handlers=[healthz, readyz, list_models, chat_completions, *AUDIT_ROUTES],
         lifespan=[lifespan],
         state=State({"services": services, "load_error": None}),
         exception_handlers={

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 from sqlalchemy.orm import Session, sessionmaker
 
+from gateway.audit_chain import AuditChain
 from gateway.models import AuditRecord
 from guardrails.verdict import Verdict
 
@@ -20,6 +22,7 @@ class AuditEntry:
 
     request_id: str
     endpoint: str
+    event: str = "chat.completion"
     tenant: str | None = None
     key_id: str | None = None
     end_user: str | None = None
@@ -36,24 +39,43 @@ class AuditEntry:
     engine_ms: float = 0.0
     prompt_text: str | None = None
     answer_text: str | None = None
+    store_content: bool = False
+    details: dict[str, Any] = field(default_factory=dict)
 
     def to_row(self) -> AuditRecord:
+        """The row to append: text only when the policy allows it, hashes always."""
         values: dict[str, Any] = {
-            name: getattr(self, name) for name in self.__dataclass_fields__ if name != "verdicts"
+            name: getattr(self, name)
+            for name in self.__dataclass_fields__
+            if name not in ("verdicts", "store_content", "prompt_text", "answer_text")
         }
-        return AuditRecord(**values, verdicts=[v.to_dict() for v in self.verdicts])
+        return AuditRecord(
+            **values
+            | {
+                "latency_ms": round(self.latency_ms, 3),
+                "engine_ms": round(self.engine_ms, 3),
+                "verdicts": [v.to_dict() for v in self.verdicts],
+                "prompt_sha256": _sha256(self.prompt_text),
+                "answer_sha256": _sha256(self.answer_text),
+                "prompt_text": self.prompt_text if self.store_content else None,
+                "answer_text": self.answer_text if self.store_content else None,
+            }
+        )
+
+
+def _sha256(text: str | None) -> str | None:
+    return None if text is None else hashlib.sha256(text.encode()).hexdigest()
 
 
 class AuditLog:
     """Appends records; a failure to write is logged loudly, never hidden."""
 
     def __init__(self, sessions: sessionmaker[Session]) -> None:
-        self._sessions = sessions
+        self._chain = AuditChain(sessions)
 
-    def record(self, entry: AuditEntry) -> None:
+    def record(self, entry: AuditEntry) -> AuditRecord:
         try:
-            with self._sessions.begin() as session:
-                session.add(entry.to_row())
+            return self._chain.append(entry.to_row())
         except Exception:
             log.exception("audit.write_failed", request_id=entry.request_id)
             raise

@@ -41,7 +41,6 @@ class PreparedChat:
     tools: list[ToolSpec]
     chunks: list[RetrievedChunk]
     entry: AuditEntry
-    store_content: bool
     stream_window: int
     answer_parts: list[str] = field(default_factory=list)
 
@@ -122,10 +121,10 @@ class ChatService:
         chunks = await asyncio.to_thread(self._retrieve, entry, redacted_query)
         messages = self._engine_messages(body.messages, redacted, chunks, tools)
         entry.chunk_ids = [c.chunk_id for c in chunks]
-        if policy.audit.store_content:
-            entry.prompt_text = "\n".join(
-                f"{m.role}: {text}" for m, text in zip(body.messages, redacted, strict=True)
-            )
+        entry.store_content = policy.audit.store_content
+        entry.prompt_text = "\n".join(
+            f"{m.role}: {text}" for m, text in zip(body.messages, redacted, strict=True)
+        )
         sampling = SamplingParams(
             max_tokens=max_tokens,
             temperature=body.temperature,
@@ -151,7 +150,6 @@ class ChatService:
             tools=tools,
             chunks=chunks,
             entry=entry,
-            store_content=policy.audit.store_content,
             stream_window=policy.output.stream_window_chars,
         )
 
@@ -197,8 +195,7 @@ class ChatService:
             content, tool_calls, finish_reason = await self._judge_tool_calls(chat, raw)
         chat.entry.outcome = "content_filter" if finish_reason == "content_filter" else "ok"
         chat.entry.status_code = 200
-        if chat.store_content:
-            chat.entry.answer_text = content if not tool_calls else json.dumps(tool_calls)
+        chat.entry.answer_text = content if not tool_calls else json.dumps(tool_calls)
         return Answer(
             content=content,
             tool_calls=tool_calls,

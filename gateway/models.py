@@ -32,11 +32,18 @@ class ApiKey(GatewayBase):
 
 
 class AuditRecord(GatewayBase):
-    """One row per chat request, allowed or not: who, what each stage decided, the cost."""
+    """One row per request or admin action: who, what each stage decided, the cost.
+
+    Rows form a hash chain (`seq`, `prev_hash`, `record_hash`); see `gateway.audit_chain`.
+    """
 
     __tablename__ = "audit_records"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    seq: Mapped[int] = mapped_column(Integer, unique=True)
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    record_hash: Mapped[str] = mapped_column(String(64))
+    event: Mapped[str] = mapped_column(String(64), default="chat.completion", index=True)
     request_id: Mapped[str] = mapped_column(String(64), index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
     endpoint: Mapped[str] = mapped_column(String(128))
@@ -54,5 +61,8 @@ class AuditRecord(GatewayBase):
     completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
     latency_ms: Mapped[float] = mapped_column(Float, default=0.0)
     engine_ms: Mapped[float] = mapped_column(Float, default=0.0)
+    prompt_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    answer_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     prompt_text: Mapped[str | None] = mapped_column(Text, nullable=True)
     answer_text: Mapped[str | None] = mapped_column(Text, nullable=True)
+    details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)

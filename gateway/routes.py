@@ -14,41 +14,16 @@ from litestar.response import Stream
 from pydantic import ValidationError
 
 from gateway.audit import AuditEntry
+from gateway.auth import CHAT_ROLES, identify, services_of
 from gateway.chat import ChatService, PreparedChat
-from gateway.errors import ApiError, from_validation_error, unauthorized
-from gateway.keys import KeyIdentity, authenticate
+from gateway.errors import ApiError, from_validation_error
 from gateway.openai_format import chunk_body, completion_body, sse, usage_chunk_body
-from gateway.request_context import bearer_token, request_id_of
+from gateway.request_context import request_id_of
 from gateway.schemas import ChatCompletionRequest
 from gateway.services import Services
 
 log = structlog.get_logger(__name__)
 CHAT_PATH = "/v1/chat/completions"
-
-
-def services_of(request: Request[Any, Any, Any]) -> Services:
-    services: Services | None = request.app.state.get("services")
-    if services is None:
-        raise ApiError(
-            503,
-            "Bastion is still loading its models; retry shortly.",
-            type="server_error",
-            code="not_ready",
-            headers={"retry-after": "5"},
-        )
-    return services
-
-
-async def identify(request: Request[Any, Any, Any], services: Services) -> KeyIdentity:
-    token = bearer_token(request.headers)
-    if token is None:
-        raise unauthorized(
-            "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'."
-        )
-    identity = await asyncio.to_thread(authenticate, services.sessions, token)
-    if identity is None:
-        raise unauthorized(f"Incorrect API key provided: {token[:6]}****.")
-    return identity
 
 
 def parse_chat_body(raw: bytes) -> ChatCompletionRequest:
@@ -93,7 +68,7 @@ def readyz(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
 @get("/v1/models")
 async def list_models(request: Request[Any, Any, Any]) -> dict[str, Any]:
     services = services_of(request)
-    await identify(request, services)
+    await identify(request, services, CHAT_ROLES)
     return {
         "object": "list",
         "data": [
@@ -109,7 +84,7 @@ async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
     services = services_of(request)
     streaming = False
     try:
-        identity = await identify(request, services)
+        identity = await identify(request, services, CHAT_ROLES)
         entry.tenant, entry.key_id = identity.tenant, identity.key_id
         body = parse_chat_body(await request.body())
         service = ChatService(services)

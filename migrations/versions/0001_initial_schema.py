@@ -33,6 +33,10 @@ def upgrade() -> None:
     op.create_table(
         "audit_records",
         sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("seq", sa.Integer, nullable=False, unique=True),
+        sa.Column("prev_hash", sa.String(64), nullable=False),
+        sa.Column("record_hash", sa.String(64), nullable=False),
+        sa.Column("event", sa.String(64), nullable=False),
         sa.Column("request_id", sa.String(64), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("endpoint", sa.String(128), nullable=False),
@@ -50,9 +54,14 @@ def upgrade() -> None:
         sa.Column("completion_tokens", sa.Integer, nullable=False),
         sa.Column("latency_ms", sa.Float, nullable=False),
         sa.Column("engine_ms", sa.Float, nullable=False),
+        sa.Column("prompt_sha256", sa.String(64), nullable=True),
+        sa.Column("answer_sha256", sa.String(64), nullable=True),
         sa.Column("prompt_text", sa.Text, nullable=True),
         sa.Column("answer_text", sa.Text, nullable=True),
+        sa.Column("details", sa.JSON, nullable=False),
     )
+    op.create_index("ix_audit_records_event", "audit_records", ["event"])
+    _append_only_triggers()
     op.create_index("ix_audit_records_request_id", "audit_records", ["request_id"])
     op.create_index("ix_audit_records_tenant", "audit_records", ["tenant"])
 
@@ -88,8 +97,46 @@ def upgrade() -> None:
     op.create_index("ix_chunks_tenant_collection", "chunks", ["tenant", "collection"])
 
 
+# The audit log is append-only for the application: these triggers refuse UPDATE and DELETE.
+# Retention purges switch them off inside their own transaction (see gateway.audit_chain).
+_SQLITE_TRIGGERS = [
+    """CREATE TRIGGER audit_records_no_update BEFORE UPDATE ON audit_records
+    BEGIN SELECT RAISE(ABORT, 'audit records are append-only'); END""",
+    """CREATE TRIGGER audit_records_no_delete BEFORE DELETE ON audit_records
+    WHEN (SELECT COUNT(*) FROM audit_purge_grants) = 0
+    BEGIN SELECT RAISE(ABORT, 'audit records are append-only'); END""",
+]
+_POSTGRES_TRIGGER = """
+CREATE FUNCTION audit_records_append_only() RETURNS trigger AS $$
+BEGIN
+    IF TG_OP = 'DELETE' AND current_setting('bastion.audit_purge', true) = 'on' THEN
+        RETURN OLD;
+    END IF;
+    RAISE EXCEPTION 'audit records are append-only';
+END;
+$$ LANGUAGE plpgsql;
+CREATE TRIGGER audit_records_append_only BEFORE UPDATE OR DELETE ON audit_records
+    FOR EACH ROW EXECUTE FUNCTION audit_records_append_only();
+"""
+
+
+def _append_only_triggers() -> None:
+    dialect = op.get_bind().dialect.name
+    if dialect == "sqlite":
+        op.create_table("audit_purge_grants", sa.Column("id", sa.Integer, primary_key=True))
+        for statement in _SQLITE_TRIGGERS:
+            op.execute(statement)
+    elif dialect == "postgresql":
+        op.execute(_POSTGRES_TRIGGER)
+
+
 def downgrade() -> None:
+    if op.get_bind().dialect.name == "postgresql":
+        op.execute("DROP TRIGGER IF EXISTS audit_records_append_only ON audit_records")
+        op.execute("DROP FUNCTION IF EXISTS audit_records_append_only()")
     op.drop_table("chunks")
     op.drop_table("documents")
     op.drop_table("audit_records")
     op.drop_table("api_keys")
+    if op.get_bind().dialect.name == "sqlite":
+        op.drop_table("audit_purge_grants")
