@@ -6,12 +6,13 @@ import hashlib
 import secrets
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal, get_args
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from gateway.models import ApiKey
+from gateway.models import ApiKey, utc_now
 
 Role = Literal["user", "admin", "auditor"]
 ROLES: tuple[str, ...] = get_args(Role)
@@ -57,4 +58,38 @@ def authenticate(sessions: sessionmaker[Session], secret: str) -> KeyIdentity | 
         row = session.scalar(select(ApiKey).where(ApiKey.key_hash == hash_key(secret)))
         if row is None or row.revoked_at is not None:
             return None
+        return KeyIdentity(row.id, row.tenant, row.role)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyInfo:
+    """What may be shown about a key: never its secret or hash."""
+
+    key_id: str
+    prefix: str
+    tenant: str
+    role: str
+    created_at: datetime
+    revoked: bool
+
+
+def list_keys(sessions: sessionmaker[Session], tenant: str | None = None) -> list[KeyInfo]:
+    query = select(ApiKey).order_by(ApiKey.created_at)
+    if tenant is not None:
+        query = query.where(ApiKey.tenant == tenant)
+    with sessions() as session:
+        return [
+            KeyInfo(k.id, k.prefix, k.tenant, k.role, k.created_at, k.revoked_at is not None)
+            for k in session.scalars(query)
+        ]
+
+
+def revoke_key(sessions: sessionmaker[Session], key_id: str) -> KeyIdentity | None:
+    """Revoke a key at once; None when no such key exists."""
+    with sessions.begin() as session:
+        row = session.get(ApiKey, key_id)
+        if row is None:
+            return None
+        if row.revoked_at is None:
+            row.revoked_at = utc_now()
         return KeyIdentity(row.id, row.tenant, row.role)

@@ -1,9 +1,13 @@
-"""Structured logs: key-value lines on a terminal, JSON when BASTION_LOG_JSON=1."""
+"""Structured logs on stderr: key-value lines, or JSON when BASTION_LOG_JSON=1.
+
+stdout stays for what a command prints (a new key, an export).
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 
 import structlog
 
@@ -22,5 +26,6 @@ def configure_logging() -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
     )
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

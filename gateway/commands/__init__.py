@@ -1,0 +1,1 @@
+"""Sub-commands of the `bastion` CLI, one module each, registered by `gateway.cli`."""

@@ -1,0 +1,68 @@
+"""`bastion keys create|list|revoke`: API keys, shown once and stored as hashes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from gateway.commands._common import add_data_dir, record_admin_action
+from gateway.keys import ROLES, create_key, list_keys, revoke_key
+from gateway.settings import Settings
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    keys = commands.add_parser("keys", help="manage API keys")
+    actions = keys.add_subparsers(required=True, metavar="ACTION")
+    create = actions.add_parser("create", help="create a key and print it once")
+    create.add_argument("--tenant", required=True)
+    create.add_argument("--role", required=True, choices=ROLES)
+    add_data_dir(create)
+    create.set_defaults(run=run_create)
+    listing = actions.add_parser("list", help="list keys (never their secrets)")
+    listing.add_argument("--tenant")
+    add_data_dir(listing)
+    listing.set_defaults(run=run_list)
+    revoke = actions.add_parser("revoke", help="revoke a key at once")
+    revoke.add_argument("key_id")
+    add_data_dir(revoke)
+    revoke.set_defaults(run=run_revoke)
+
+
+def run_create(settings: Settings, args: argparse.Namespace) -> int:
+    from gateway.services import open_database
+
+    sessions = open_database(settings)
+    secret, identity = create_key(sessions, args.tenant, args.role)
+    record_admin_action(
+        sessions, "admin.key_created", identity.tenant, key=identity.key_id, role=identity.role
+    )
+    print(secret)
+    print(
+        f"key id {identity.key_id}, tenant {identity.tenant}, role {identity.role}. "
+        "This is the only time the key is shown.",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def run_list(settings: Settings, args: argparse.Namespace) -> int:
+    from gateway.services import open_database
+
+    for key in list_keys(open_database(settings), args.tenant):
+        state = "revoked" if key.revoked else "active"
+        created = key.created_at.isoformat(timespec="seconds")
+        print(f"{key.key_id}  {key.prefix}...  {key.tenant}  {key.role}  {created}  {state}")
+    return 0
+
+
+def run_revoke(settings: Settings, args: argparse.Namespace) -> int:
+    from gateway.services import open_database
+
+    sessions = open_database(settings)
+    identity = revoke_key(sessions, args.key_id)
+    if identity is None:
+        print(f"error: no key with id {args.key_id}", file=sys.stderr)
+        return 1
+    record_admin_action(sessions, "admin.key_revoked", identity.tenant, key=identity.key_id)
+    print(f"revoked {identity.key_id} ({identity.tenant}, {identity.role})")
+    return 0
