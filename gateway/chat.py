@@ -18,7 +18,7 @@ from engine import ChatMessage, ContextLengthExceeded, GenerationRequest, Sampli
 from gateway.audit import AuditEntry
 from gateway.errors import ApiError, guardrail_block
 from gateway.schemas import ChatCompletionRequest, Message
-from gateway.services import Services
+from gateway.services import PolicyRuntime, Services
 from guardrails import (
     StreamingRedactor,
     ToolSpec,
@@ -72,11 +72,12 @@ class Answer:
 class ChatService:
     """Runs one chat request through every stage of the request path."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: Services, runtime: PolicyRuntime) -> None:
         self._services = services
+        self._runtime = runtime
 
     async def prepare(self, body: ChatCompletionRequest, entry: AuditEntry) -> PreparedChat:
-        runtime = self._services.policy
+        runtime = self._runtime
         policy = runtime.loaded.policy
         engine = self._services.engine
         entry.policy_version = runtime.loaded.version
@@ -98,9 +99,27 @@ class ChatService:
                 param="max_tokens",
                 code="invalid_value",
             )
+        limits = policy.model
+        if not limits.min_temperature <= body.temperature <= limits.max_temperature:
+            raise ApiError(
+                400,
+                f"temperature must be between {limits.min_temperature} and "
+                f"{limits.max_temperature} under this policy.",
+                param="temperature",
+                code="invalid_value",
+            )
         tools = self._declared_tools(body)
-        if tools and not policy.model.allow_tools:
+        if tools and not limits.allow_tools:
             raise ApiError(400, "Tools are not allowed by this policy.", param="tools")
+        if tools and limits.allowed_tools is not None:
+            refused = sorted({t.name for t in tools} - set(limits.allowed_tools))
+            if refused:
+                raise ApiError(
+                    400,
+                    f"This policy does not allow the tools: {', '.join(refused)}.",
+                    param="tools",
+                    code="tool_not_allowed",
+                )
 
         texts = [m.text for m in body.messages]
         last_user = next((m.text for m in reversed(body.messages) if m.role == "user"), "")
@@ -226,16 +245,16 @@ class ChatService:
         return None, tool_calls, "tool_calls"
 
     def _redact_output(self, text: str) -> str:
-        return self._services.policy.output_pii.redact(text).text
+        return self._runtime.output_pii.redact(text).text
 
     def _retrieve(self, entry: AuditEntry, query: str) -> list[RetrievedChunk]:
-        settings = self._services.policy.loaded.policy.retrieval
+        settings = self._runtime.loaded.policy.retrieval
         if not settings.enabled or not query or entry.tenant is None:
             return []
         found = self._services.store.search(
             entry.tenant, settings.collections, query, settings.top_k, settings.min_score
         )
-        detector = self._services.policy.chunk_injection
+        detector = self._runtime.chunk_injection
         kept: list[RetrievedChunk] = []
         for chunk in found:
             verdict = detector.check([chunk.text])
@@ -262,7 +281,7 @@ class ChatService:
         tools: list[ToolSpec],
     ) -> list[ChatMessage]:
         # Stable parts first (policy prompt, tools, sources) so prompts share prefixes.
-        policy = self._services.policy.loaded.policy
+        policy = self._runtime.loaded.policy
         system_parts = [policy.model.system_prompt]
         if tools:
             system_parts.append(tool_prompt(tools))

@@ -17,13 +17,23 @@ from gateway.audit import AuditEntry
 from gateway.auth import CHAT_ROLES, identify, services_of
 from gateway.chat import ChatService, PreparedChat
 from gateway.errors import ApiError, from_validation_error
+from gateway.keys import KeyIdentity
 from gateway.openai_format import chunk_body, completion_body, sse, usage_chunk_body
+from gateway.policy_registry import NoPolicyError
 from gateway.request_context import request_id_of
 from gateway.schemas import ChatCompletionRequest
-from gateway.services import Services
+from gateway.services import PolicyRuntime, Services
 
 log = structlog.get_logger(__name__)
 CHAT_PATH = "/v1/chat/completions"
+
+
+def policy_for(services: Services, identity: KeyIdentity) -> PolicyRuntime:
+    """Fail closed: a caller with no bound policy is refused, never served unchecked."""
+    try:
+        return services.policies.for_identity(identity)
+    except NoPolicyError as exc:
+        raise ApiError(403, str(exc), type="permission_error", code="no_policy") from exc
 
 
 def parse_chat_body(raw: bytes) -> ChatCompletionRequest:
@@ -60,7 +70,7 @@ def readyz(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
         {
             "status": "ready",
             "model": services.engine.model_id,
-            "policy_version": services.policy.loaded.version,
+            "policies": {p.policy.name: p.version for p in services.policies.loaded()},
         }
     )
 
@@ -86,8 +96,9 @@ async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
     try:
         identity = await identify(request, services, CHAT_ROLES)
         entry.tenant, entry.key_id = identity.tenant, identity.key_id
+        runtime = policy_for(services, identity)
         body = parse_chat_body(await request.body())
-        service = ChatService(services)
+        service = ChatService(services, runtime)
         chat = await service.prepare(body, entry)
         if body.stream:
             streaming = True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,11 +12,12 @@ from presidio_analyzer import AnalyzerEngine
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from engine import Engine, TransformersEngine, default_model_source, model_source_from_path
-from gateway.audit import AuditLog
+from engine import Engine, PagedEngine, default_model_source, model_source_from_path
+from gateway.audit import AuditEntry, AuditLog
 from gateway.db import make_db_engine, make_session_factory
 from gateway.migrations import upgrade_database
-from gateway.policy import LoadedPolicy, load_policy
+from gateway.policy import LoadedPolicy
+from gateway.policy_registry import PolicyChange, PolicyRegistry
 from gateway.settings import Settings
 from guardrails import (
     InjectionDetector,
@@ -50,7 +52,7 @@ class Services:
     embedder: Embedder
     store: DocumentStore
     analyzer: AnalyzerEngine
-    policy: PolicyRuntime
+    policies: PolicyRegistry[PolicyRuntime]
     audit: AuditLog
 
 
@@ -75,19 +77,50 @@ def build_policy_runtime(
     )
 
 
+def open_policies(
+    settings: Settings, analyzer: AnalyzerEngine, embedder: Embedder, audit: AuditLog
+) -> PolicyRegistry[PolicyRuntime]:
+    """Load every policy of the folder; each change is audited from then on."""
+    registry: PolicyRegistry[PolicyRuntime] = PolicyRegistry(
+        settings.policy_dir,
+        lambda loaded: build_policy_runtime(loaded, analyzer, embedder),
+        on_change=lambda change: audit.record(policy_change_entry(change)),
+    )
+    registry.reload(actor="startup")
+    return registry
+
+
+def policy_change_entry(change: PolicyChange) -> AuditEntry:
+    return AuditEntry(
+        request_id=f"policy_{uuid.uuid4().hex}",
+        endpoint="policy-watcher",
+        event="policy.reload_failed" if change.error else "policy.reloaded",
+        policy_version=change.new_version or change.old_version,
+        outcome="rejected" if change.error else "ok",
+        status_code=0,
+        details={
+            "actor": change.actor,
+            "path": str(change.path),
+            "policy": change.name,
+            "old_version": change.old_version,
+            "new_version": change.new_version,
+            "error": change.error,
+        },
+    )
+
+
 def load_services(settings: Settings) -> Services:
     """Load database, models, indexes and policy; ingest the sample corpus on first start."""
     started = time.perf_counter()
     sessions = open_database(settings)
-    loaded = load_policy(settings.policy_path)
-    log.info("policy.loaded", path=str(loaded.path), version=loaded.version[:12])
     source = model_source_from_path(settings.model_path) if settings.model_path else None
-    engine = TransformersEngine.load(source or default_model_source(), device=settings.device)
+    engine = PagedEngine.load(source or default_model_source(), device=settings.device)
     embedder = Embedder.load()
     analyzer = build_analyzer()
     store = DocumentStore(sessions, embedder, settings.index_dir)
     if settings.sample_corpus is not None:
         ingest_sample_corpus(settings, sessions, store, settings.sample_corpus)
+    audit = AuditLog(sessions)
     services = Services(
         settings=settings,
         sessions=sessions,
@@ -95,8 +128,8 @@ def load_services(settings: Settings) -> Services:
         embedder=embedder,
         store=store,
         analyzer=analyzer,
-        policy=build_policy_runtime(loaded, analyzer, embedder),
-        audit=AuditLog(sessions),
+        policies=open_policies(settings, analyzer, embedder, audit),
+        audit=audit,
     )
     log.info("gateway.services_ready", seconds=round(time.perf_counter() - started, 1))
     return services

@@ -21,7 +21,12 @@ class Settings(BaseSettings):
     )
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
-    policy_path: Path = REPO_ROOT / "policies" / "default.yaml"
+    policy_dir: Path = Field(
+        default=REPO_ROOT / "policies", description="Folder of policy files (*.yaml)."
+    )
+    policy_reload_seconds: float = Field(
+        default=2.0, ge=0, description="How often to look for edited policies; 0 disables."
+    )
     model_path: Path | None = Field(
         default=None, description="A .gguf file or HF folder; default: SmolLM2-135M-Instruct."
     )

@@ -62,3 +62,56 @@ def test_broken_yaml_is_reported_with_its_line(tmp_path: Path) -> None:
         load_policy(path)
     assert caught.value.issues[0].line is not None
     assert caught.value.issues[0].field == "(yaml)"
+
+
+def test_misspelt_key_gets_a_did_you_mean(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: x\nretrieval:\n  top_kk: 3\n")
+    with pytest.raises(PolicyError) as caught:
+        load_policy(path)
+    issue = caught.value.issues[0]
+    assert (issue.field, issue.line, issue.column) == ("retrieval.top_kk", 3, 3)
+    assert "did you mean 'top_k'?" in issue.message
+
+
+def test_a_policy_extends_another_and_overrides_only_what_it_names(tmp_path: Path) -> None:
+    (tmp_path / "base.yaml").write_text(
+        "name: base\nmodel:\n  max_tokens: 100\n  system_prompt: Be brief.\n"
+    )
+    child = tmp_path / "child.yaml"
+    child.write_text("name: child\nextends: base\nmodel:\n  max_tokens: 50\n")
+    loaded = load_policy(child)
+    assert loaded.policy.model.max_tokens == 50
+    assert loaded.policy.model.system_prompt == "Be brief."
+    before = loaded.version
+    (tmp_path / "base.yaml").write_text("name: base\nmodel:\n  system_prompt: Be kind.\n")
+    assert load_policy(child).version != before  # the parent is part of the version
+
+
+def test_errors_in_an_extended_file_point_at_that_file(tmp_path: Path) -> None:
+    (tmp_path / "base.yaml").write_text("name: base\nmodel:\n  max_tokens: zero\n")
+    child = tmp_path / "child.yaml"
+    child.write_text("name: child\nextends: base\n")
+    with pytest.raises(PolicyError) as caught:
+        load_policy(child)
+    issue = caught.value.issues[0]
+    assert issue.path == tmp_path / "base.yaml" and issue.line == 3
+
+
+def test_missing_parent_and_cycles_are_errors(tmp_path: Path) -> None:
+    missing = write(tmp_path, "name: x\nextends: nowhere\n")
+    with pytest.raises(PolicyError, match="no policy named 'nowhere'"):
+        load_policy(missing)
+    (tmp_path / "a.yaml").write_text("name: a\nextends: b\n")
+    (tmp_path / "b.yaml").write_text("name: b\nextends: a\n")
+    with pytest.raises(PolicyError, match="cycle"):
+        load_policy(tmp_path / "a.yaml")
+
+
+def test_json_schema_describes_every_section() -> None:
+    from gateway.policy import policy_json_schema
+
+    schema = policy_json_schema()
+    assert {"input", "output", "retrieval", "model", "audit", "rate_limits", "applies_to"} <= set(
+        schema["properties"]
+    )
+    assert schema["additionalProperties"] is False

@@ -19,14 +19,13 @@ from gateway.app import create_app
 from gateway.audit import AuditLog
 from gateway.keys import create_key
 from gateway.models import AuditRecord
-from gateway.policy import load_policy
 from gateway.services import (
     Services,
-    build_policy_runtime,
     ingest_sample_corpus,
     open_database,
+    open_policies,
 )
-from gateway.settings import REPO_ROOT, Settings
+from gateway.settings import Settings
 from guardrails import build_analyzer
 from retrieval import DocumentStore, Embedder
 
@@ -67,6 +66,12 @@ class LiveServer:
     settings: Settings
     extra: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def policy_version(self) -> str:
+        runtime = self.services.policies.for_tenant(self.settings.default_tenant)
+        assert runtime is not None
+        return runtime.loaded.version
+
     def audit_rows(self, request_id: str) -> list[AuditRecord]:
         with self.services.sessions() as session:
             return list(
@@ -93,6 +98,7 @@ def live_server(
     assert settings.sample_corpus is not None
     ingest_sample_corpus(settings, sessions, store, settings.sample_corpus)
     engine = RecordingEngine(chat_engine)
+    audit = AuditLog(sessions)
     services = Services(
         settings=settings,
         sessions=sessions,
@@ -100,10 +106,8 @@ def live_server(
         embedder=embedder,
         store=store,
         analyzer=analyzer,
-        policy=build_policy_runtime(
-            load_policy(REPO_ROOT / "policies" / "default.yaml"), analyzer, embedder
-        ),
-        audit=AuditLog(sessions),
+        policies=open_policies(settings, analyzer, embedder, audit),
+        audit=audit,
     )
     secret, _ = create_key(sessions, settings.default_tenant, "user")
     config = uvicorn.Config(

@@ -64,7 +64,7 @@ def test_plain_question_gets_an_answer(client: OpenAI, live_server: LiveServer) 
     row = one_audit_row(live_server, request_id)
     assert row.outcome == "ok" and row.status_code == 200
     assert row.completion_tokens == completion.usage.completion_tokens
-    assert row.policy_version == live_server.services.policy.loaded.version
+    assert row.policy_version == live_server.policy_version
     assert {v["check"] for v in row.verdicts} >= {"prompt_injection", "pii"}
 
 
