@@ -6,7 +6,7 @@ import hashlib
 import secrets
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Literal, get_args
 
 from sqlalchemy import select
@@ -21,44 +21,13 @@ KEY_PREFIX = "bst_"
 
 @dataclass(frozen=True, slots=True)
 class KeyIdentity:
-    """Who is calling: the key's id (never its secret), tenant and role."""
+    """Who is calling: the key's id (never its secret), tenant, role and own limits."""
 
     key_id: str
     tenant: str
     role: str
-
-
-def hash_key(secret: str) -> str:
-    # Keys carry 256 random bits, so a fast hash is enough: no dictionary attack applies.
-    return hashlib.sha256(secret.encode()).hexdigest()
-
-
-def create_key(sessions: sessionmaker[Session], tenant: str, role: str) -> tuple[str, KeyIdentity]:
-    """Create a key and return its secret (the only time it exists) and identity."""
-    if role not in ROLES:
-        raise ValueError(f"role must be one of {', '.join(ROLES)}, not {role!r}")
-    if not tenant or len(tenant) > 128:
-        raise ValueError("tenant must be 1 to 128 characters")
-    secret = KEY_PREFIX + secrets.token_urlsafe(32)
-    row = ApiKey(
-        id=uuid.uuid4().hex,
-        key_hash=hash_key(secret),
-        prefix=secret[:10],
-        tenant=tenant,
-        role=role,
-    )
-    with sessions.begin() as session:
-        session.add(row)
-    return secret, KeyIdentity(row.id, tenant, role)
-
-
-def authenticate(sessions: sessionmaker[Session], secret: str) -> KeyIdentity | None:
-    """The identity of a presented key, or None when it is unknown or revoked."""
-    with sessions() as session:
-        row = session.scalar(select(ApiKey).where(ApiKey.key_hash == hash_key(secret)))
-        if row is None or row.revoked_at is not None:
-            return None
-        return KeyIdentity(row.id, row.tenant, row.role)
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +39,66 @@ class KeyInfo:
     tenant: str
     role: str
     created_at: datetime
+    expires_at: datetime | None
     revoked: bool
+    requests_per_minute: int | None
+    tokens_per_minute: int | None
+
+
+def hash_key(secret: str) -> str:
+    # Keys carry 256 random bits, so a fast hash is enough: no dictionary attack applies.
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def create_key(
+    sessions: sessionmaker[Session],
+    tenant: str,
+    role: str,
+    *,
+    expires_at: datetime | None = None,
+    requests_per_minute: int | None = None,
+    tokens_per_minute: int | None = None,
+) -> tuple[str, KeyIdentity]:
+    """Create a key and return its secret (the only time it exists) and identity."""
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {', '.join(ROLES)}, not {role!r}")
+    if not tenant or len(tenant) > 128:
+        raise ValueError("tenant must be 1 to 128 characters")
+    for name, limit in (
+        ("requests_per_minute", requests_per_minute),
+        ("tokens_per_minute", tokens_per_minute),
+    ):
+        if limit is not None and limit < 1:
+            raise ValueError(f"{name} must be at least 1")
+    secret = KEY_PREFIX + secrets.token_urlsafe(32)
+    row = ApiKey(
+        id=uuid.uuid4().hex,
+        key_hash=hash_key(secret),
+        prefix=secret[:10],
+        tenant=tenant,
+        role=role,
+        expires_at=expires_at,
+        requests_per_minute=requests_per_minute,
+        tokens_per_minute=tokens_per_minute,
+    )
+    with sessions.begin() as session:
+        session.add(row)
+    return secret, _identity(row)
+
+
+def authenticate(sessions: sessionmaker[Session], secret: str) -> KeyIdentity | None:
+    """The identity of a presented key, or None when it is unknown, revoked or expired."""
+    with sessions() as session:
+        row = session.scalar(select(ApiKey).where(ApiKey.key_hash == hash_key(secret)))
+        if row is None or row.revoked_at is not None:
+            return None
+        if row.expires_at is not None and _aware(row.expires_at) <= utc_now():
+            return None
+        return _identity(row)
 
 
 def list_keys(sessions: sessionmaker[Session], tenant: str | None = None) -> list[KeyInfo]:
@@ -78,18 +106,70 @@ def list_keys(sessions: sessionmaker[Session], tenant: str | None = None) -> lis
     if tenant is not None:
         query = query.where(ApiKey.tenant == tenant)
     with sessions() as session:
-        return [
-            KeyInfo(k.id, k.prefix, k.tenant, k.role, k.created_at, k.revoked_at is not None)
-            for k in session.scalars(query)
-        ]
+        return [_info(row) for row in session.scalars(query)]
 
 
-def revoke_key(sessions: sessionmaker[Session], key_id: str) -> KeyIdentity | None:
-    """Revoke a key at once; None when no such key exists."""
+def revoke_key(
+    sessions: sessionmaker[Session], key_id: str, tenant: str | None = None
+) -> KeyIdentity | None:
+    """Revoke a key at once; None when no such key exists (in that tenant)."""
     with sessions.begin() as session:
         row = session.get(ApiKey, key_id)
-        if row is None:
+        if row is None or (tenant is not None and row.tenant != tenant):
             return None
         if row.revoked_at is None:
             row.revoked_at = utc_now()
-        return KeyIdentity(row.id, row.tenant, row.role)
+        return _identity(row)
+
+
+def rotate_key(
+    sessions: sessionmaker[Session],
+    key_id: str,
+    tenant: str | None = None,
+    grace: timedelta = timedelta(0),
+) -> tuple[str, KeyIdentity] | None:
+    """A new key with the same tenant, role and limits; the old one stops after `grace`."""
+    with sessions.begin() as session:
+        old = session.get(ApiKey, key_id)
+        if old is None or old.revoked_at is not None:
+            return None
+        if tenant is not None and old.tenant != tenant:
+            return None
+        settings = (
+            old.tenant,
+            old.role,
+            old.expires_at,
+            old.requests_per_minute,
+            old.tokens_per_minute,
+        )
+        if grace > timedelta(0):
+            old.expires_at = utc_now() + grace
+        else:
+            old.revoked_at = utc_now()
+    tenant_name, role, expires_at, rpm, tpm = settings
+    return create_key(
+        sessions,
+        tenant_name,
+        role,
+        expires_at=expires_at,
+        requests_per_minute=rpm,
+        tokens_per_minute=tpm,
+    )
+
+
+def _identity(row: ApiKey) -> KeyIdentity:
+    return KeyIdentity(row.id, row.tenant, row.role, row.requests_per_minute, row.tokens_per_minute)
+
+
+def _info(row: ApiKey) -> KeyInfo:
+    return KeyInfo(
+        key_id=row.id,
+        prefix=row.prefix,
+        tenant=row.tenant,
+        role=row.role,
+        created_at=row.created_at,
+        expires_at=row.expires_at,
+        revoked=row.revoked_at is not None,
+        requests_per_minute=row.requests_per_minute,
+        tokens_per_minute=row.tokens_per_minute,
+    )

@@ -19,7 +19,9 @@ from gateway.chat import ChatService, PreparedChat
 from gateway.errors import ApiError, from_validation_error
 from gateway.keys import KeyIdentity
 from gateway.openai_format import chunk_body, completion_body, sse, usage_chunk_body
+from gateway.policy import RateLimits
 from gateway.policy_registry import NoPolicyError
+from gateway.quotas import admit, charge_tokens
 from gateway.request_context import request_id_of
 from gateway.schemas import ChatCompletionRequest
 from gateway.services import PolicyRuntime, Services
@@ -97,17 +99,22 @@ async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
         identity = await identify(request, services, CHAT_ROLES)
         entry.tenant, entry.key_id = identity.tenant, identity.key_id
         runtime = policy_for(services, identity)
+        limits = runtime.loaded.policy.rate_limits
+        await asyncio.to_thread(admit, services.limiter, identity, limits)
         body = parse_chat_body(await request.body())
         service = ChatService(services, runtime)
         chat = await service.prepare(body, entry)
         if body.stream:
             streaming = True
             return Stream(
-                _event_stream(service, chat, body, services, started),
+                _event_stream(service, chat, body, services, started, identity, limits),
                 media_type="text/event-stream",
                 headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
             )
         answer = await service.complete(chat)
+        charge_tokens(
+            services.limiter, identity, limits, answer.prompt_tokens + answer.completion_tokens
+        )
         overhead = (time.perf_counter() - started) * 1000 - entry.engine_ms
         return Response(
             completion_body(chat, answer),
@@ -132,6 +139,8 @@ async def _event_stream(
     body: ChatCompletionRequest,
     services: Services,
     started: float,
+    identity: KeyIdentity,
+    limits: RateLimits,
 ) -> AsyncIterator[bytes]:
     """SSE events for one answer. The audit record is written before the closing events,
     so a client that has read `[DONE]` finds it; a disconnect is recorded as cancelled."""
@@ -142,6 +151,8 @@ async def _event_stream(
     async def record() -> None:
         nonlocal recorded
         recorded = True
+        used = entry.prompt_tokens + entry.completion_tokens
+        await asyncio.to_thread(charge_tokens, services.limiter, identity, limits, used)
         entry.latency_ms = (time.perf_counter() - started) * 1000
         await asyncio.to_thread(services.audit.record, entry)
 

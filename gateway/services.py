@@ -18,6 +18,7 @@ from gateway.db import make_db_engine, make_session_factory
 from gateway.migrations import upgrade_database
 from gateway.policy import LoadedPolicy
 from gateway.policy_registry import PolicyChange, PolicyRegistry
+from gateway.rate_limit import RateLimiter, make_rate_limiter
 from gateway.settings import Settings
 from guardrails import (
     InjectionDetector,
@@ -54,6 +55,7 @@ class Services:
     analyzer: AnalyzerEngine
     policies: PolicyRegistry[PolicyRuntime]
     audit: AuditLog
+    limiter: RateLimiter
 
 
 def open_database(settings: Settings) -> sessionmaker[Session]:
@@ -130,6 +132,7 @@ def load_services(settings: Settings) -> Services:
         analyzer=analyzer,
         policies=open_policies(settings, analyzer, embedder, audit),
         audit=audit,
+        limiter=make_rate_limiter(settings.redis_url),
     )
     log.info("gateway.services_ready", seconds=round(time.perf_counter() - started, 1))
     return services

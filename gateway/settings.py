@@ -19,6 +19,9 @@ class Settings(BaseSettings):
     database_url: str | None = Field(
         default=None, description="SQLAlchemy URL; default: SQLite file in the data folder."
     )
+    redis_url: str | None = Field(
+        default=None, description="Redis for rate limits shared by several processes."
+    )
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     policy_dir: Path = Field(

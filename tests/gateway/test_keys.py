@@ -40,3 +40,29 @@ def test_unknown_key_is_rejected(sessions: sessionmaker[Session]) -> None:
 def test_bad_role_is_refused(sessions: sessionmaker[Session]) -> None:
     with pytest.raises(ValueError, match="role must be one of"):
         create_key(sessions, "acme", "root")
+
+
+def test_expired_key_is_rejected(sessions: sessionmaker[Session]) -> None:
+    from datetime import timedelta
+
+    from gateway.models import utc_now
+
+    secret, _ = create_key(sessions, "acme", "user", expires_at=utc_now() - timedelta(seconds=1))
+    assert authenticate(sessions, secret) is None
+    fresh, _ = create_key(sessions, "acme", "user", expires_at=utc_now() + timedelta(hours=1))
+    assert authenticate(sessions, fresh) is not None
+
+
+def test_rotation_gives_a_new_secret_with_the_same_tenant_role_and_limits(
+    sessions: sessionmaker[Session],
+) -> None:
+    from gateway.keys import rotate_key
+
+    old_secret, old = create_key(sessions, "acme", "admin", requests_per_minute=7)
+    rotated = rotate_key(sessions, old.key_id)
+    assert rotated is not None
+    new_secret, new = rotated
+    assert authenticate(sessions, old_secret) is None
+    found = authenticate(sessions, new_secret)
+    assert found == new and (new.tenant, new.role, new.requests_per_minute) == ("acme", "admin", 7)
+    assert rotate_key(sessions, old.key_id) is None  # a revoked key cannot be rotated again

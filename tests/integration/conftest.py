@@ -19,6 +19,7 @@ from gateway.app import create_app
 from gateway.audit import AuditLog
 from gateway.keys import create_key
 from gateway.models import AuditRecord
+from gateway.rate_limit import InMemoryRateLimiter
 from gateway.services import (
     Services,
     ingest_sample_corpus,
@@ -108,6 +109,7 @@ def live_server(
         analyzer=analyzer,
         policies=open_policies(settings, analyzer, embedder, audit),
         audit=audit,
+        limiter=InMemoryRateLimiter(),
     )
     secret, _ = create_key(sessions, settings.default_tenant, "user")
     config = uvicorn.Config(
