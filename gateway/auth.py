@@ -52,3 +52,4 @@ async def identify(
 
 CHAT_ROLES = frozenset({"user", "admin"})
 AUDIT_ROLES = frozenset({"auditor"})
+ADMIN_ROLES = frozenset({"admin"})

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -11,12 +10,12 @@ from typing import Any
 import structlog
 from litestar import Request, Response, get, post
 from litestar.response import Stream
-from pydantic import ValidationError
 
 from gateway.audit import AuditEntry
 from gateway.auth import CHAT_ROLES, identify, services_of
+from gateway.body import parse_body
 from gateway.chat import ChatService, PreparedChat
-from gateway.errors import ApiError, from_validation_error
+from gateway.errors import ApiError
 from gateway.keys import KeyIdentity
 from gateway.openai_format import chunk_body, completion_body, sse, usage_chunk_body
 from gateway.policy import RateLimits
@@ -36,24 +35,6 @@ def policy_for(services: Services, identity: KeyIdentity) -> PolicyRuntime:
         return services.policies.for_identity(identity)
     except NoPolicyError as exc:
         raise ApiError(403, str(exc), type="permission_error", code="no_policy") from exc
-
-
-def parse_chat_body(raw: bytes) -> ChatCompletionRequest:
-    try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ApiError(
-            400,
-            "We could not parse the JSON body of your request. (HINT: This likely means you "
-            "aren't using your HTTP library correctly. The OpenAI API expects a JSON payload.)",
-            code="invalid_json",
-        ) from exc
-    if not isinstance(data, dict):
-        raise ApiError(400, "The request body must be a JSON object.", code="invalid_json")
-    try:
-        return ChatCompletionRequest.model_validate(data)
-    except ValidationError as exc:
-        raise from_validation_error(exc) from exc
 
 
 @get("/healthz", sync_to_thread=False)
@@ -101,7 +82,7 @@ async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
         runtime = policy_for(services, identity)
         limits = runtime.loaded.policy.rate_limits
         await asyncio.to_thread(admit, services.limiter, identity, limits)
-        body = parse_chat_body(await request.body())
+        body = parse_body(await request.body(), ChatCompletionRequest)
         service = ChatService(services, runtime)
         chat = await service.prepare(body, entry)
         if body.stream:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
 import threading
 import time
@@ -26,7 +27,7 @@ from gateway.services import (
     open_database,
     open_policies,
 )
-from gateway.settings import Settings
+from gateway.settings import REPO_ROOT, Settings
 from guardrails import build_analyzer
 from retrieval import DocumentStore, Embedder
 
@@ -91,7 +92,11 @@ def live_server(
     tmp_path_factory: pytest.TempPathFactory, chat_engine: TransformersEngine
 ) -> Iterator[LiveServer]:
     data_dir: Path = tmp_path_factory.mktemp("bastion-data")
-    settings = Settings(data_dir=data_dir, port=_free_port())
+    policy_dir = tmp_path_factory.mktemp("policies")
+    shutil.copy(REPO_ROOT / "policies" / "default.yaml", policy_dir / "default.yaml")
+    settings = Settings(
+        data_dir=data_dir, port=_free_port(), policy_dir=policy_dir, policy_reload_seconds=0.2
+    )
     sessions = open_database(settings)
     embedder = Embedder.load()
     analyzer = build_analyzer()
