@@ -21,6 +21,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     schema = actions.add_parser("schema", help="write the policy JSON Schema")
     schema.add_argument("--output", "-o", type=Path, help="file to write (default: stdout)")
     schema.set_defaults(run=run_schema)
+    docs = actions.add_parser("docs", help="write the Markdown policy reference")
+    docs.add_argument("--output", "-o", type=Path, help="file to write (default: stdout)")
+    docs.set_defaults(run=run_docs)
     test = actions.add_parser("test", help="run example requests against a policy")
     test.add_argument("file", type=Path, metavar="FILE")
     test.add_argument("--cases", type=Path, required=True, metavar="CASES.yaml")
@@ -42,6 +45,18 @@ def run_check(_: Settings, args: argparse.Namespace) -> int:
 
 def run_schema(_: Settings, args: argparse.Namespace) -> int:
     text = json.dumps(policy_json_schema(), indent=2) + "\n"
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        args.output.write_text(text)
+        print(f"wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+def run_docs(_: Settings, args: argparse.Namespace) -> int:
+    from gateway.policy_docs import render_policy_reference
+
+    text = render_policy_reference()
     if args.output is None:
         sys.stdout.write(text)
     else:

@@ -65,3 +65,12 @@ def test_policy_test_reports_a_malformed_case_file(
     cases.write_text("cases:\n  - name: x\n    expect: maybe\n    prompt: hi\n")
     assert main(["policy", "test", str(DEFAULT), "--cases", str(cases)]) == 2
     assert "cases.0.expect" in capsys.readouterr().err
+
+
+def test_docs_policies_md_is_generated_from_the_current_schema() -> None:
+    from gateway.policy_docs import render_policy_reference
+
+    committed = (REPO_ROOT / "docs" / "policies.md").read_text()
+    assert committed == render_policy_reference(), (
+        "docs/policies.md is stale: run `bastion policy docs -o docs/policies.md`"
+    )
