@@ -14,6 +14,8 @@ from tests.integration.conftest import LiveServer
 # routes must be placed here.
 ALLOWED_ROLES = {
     "/v1/": {"user", "admin"},
+    "/documents/search": {"user", "admin"},
+    "/documents": {"admin"},
     "/admin/": {"admin"},
     "/audit/": {"auditor"},
 }
