@@ -17,6 +17,7 @@ from gateway.body import parse_body
 from gateway.chat import ChatService, PreparedChat
 from gateway.errors import ApiError
 from gateway.keys import KeyIdentity
+from gateway.metrics import GatewayMetrics
 from gateway.openai_format import chunk_body, completion_body, sse, usage_chunk_body
 from gateway.policy import RateLimits
 from gateway.policy_registry import NoPolicyError
@@ -88,7 +89,16 @@ async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
         if body.stream:
             streaming = True
             return Stream(
-                _event_stream(service, chat, body, services, started, identity, limits),
+                _event_stream(
+                    service,
+                    chat,
+                    body,
+                    services,
+                    started,
+                    identity,
+                    limits,
+                    request.app.state.metrics,
+                ),
                 media_type="text/event-stream",
                 headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
             )
@@ -112,6 +122,7 @@ async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
         if not streaming:
             entry.latency_ms = (time.perf_counter() - started) * 1000
             await asyncio.to_thread(services.audit.record, entry)
+            request.app.state.metrics.observe(entry)
 
 
 async def _event_stream(
@@ -122,6 +133,7 @@ async def _event_stream(
     started: float,
     identity: KeyIdentity,
     limits: RateLimits,
+    metrics: GatewayMetrics,
 ) -> AsyncIterator[bytes]:
     """SSE events for one answer. The audit record is written before the closing events,
     so a client that has read `[DONE]` finds it; a disconnect is recorded as cancelled."""
@@ -136,6 +148,7 @@ async def _event_stream(
         await asyncio.to_thread(charge_tokens, services.limiter, identity, limits, used)
         entry.latency_ms = (time.perf_counter() - started) * 1000
         await asyncio.to_thread(services.audit.record, entry)
+        metrics.observe(entry)
 
     try:
         yield sse(
@@ -144,6 +157,8 @@ async def _event_stream(
         )
         released: list[str] = []
         async for text in service.stream_text(chat):
+            if not released:
+                metrics.ttft.observe(time.perf_counter() - started)
             released.append(text)
             yield sse(chunk_body(chat, {"content": text}, with_usage_field=with_usage))
         answer = await service.finish(chat, "".join(released))

@@ -19,7 +19,7 @@ ALLOWED_ROLES = {
     "/admin/": {"admin"},
     "/audit/": {"auditor"},
 }
-PUBLIC = {"/healthz", "/readyz", "/audit/ui"}
+PUBLIC = {"/healthz", "/readyz", "/audit/ui", "/metrics"}
 ROLES = ("user", "admin", "auditor")
 
 
