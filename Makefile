@@ -27,4 +27,6 @@ $(VENV)/.installed: pyproject.toml
 
 $(VENV)/.installed-dev: $(VENV)/.installed
 	$(BIN)/pip install -e '.[dev]'
+	# The review page's browser test drives Debian's Chromium (never `playwright install`).
+	command -v chromium >/dev/null || (apt-get update && apt-get install -y --no-install-recommends chromium)
 	touch $@

@@ -12,14 +12,18 @@ from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 from litestar.openapi import OpenAPIConfig
 
+from gateway.admin_routes import ADMIN_ROUTES
 from gateway.audit_routes import AUDIT_ROUTES
+from gateway.document_routes import DOCUMENT_ROUTES
 from gateway.errors import (
     ApiError,
     api_error_handler,
     http_exception_handler,
     internal_error_handler,
 )
+from gateway.metrics import GatewayMetrics, metrics_endpoint
 from gateway.request_context import add_request_id_header
+from gateway.review_page import REVIEW_PAGE_ROUTES
 from gateway.routes import chat_completions, healthz, list_models, readyz
 from gateway.services import Services, load_services
 from gateway.settings import Settings
@@ -33,22 +37,34 @@ def create_app(settings: Settings, services: Services | None = None) -> Litestar
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        task: asyncio.Task[None] | None = None
+        tasks: list[asyncio.Task[None]] = []
         if app.state.get("services") is None:
-            task = asyncio.create_task(_load_in_background(app, settings))
+            tasks.append(asyncio.create_task(_load_in_background(app, settings)))
+        if settings.policy_reload_seconds > 0:
+            tasks.append(asyncio.create_task(_watch_policies(app, settings)))
         try:
             yield
         finally:
-            if task is not None:
+            for task in tasks:
                 task.cancel()
             loaded: Services | None = app.state.get("services")
             if loaded is not None:
                 loaded.engine.close()
 
     return Litestar(
-        route_handlers=[healthz, readyz, list_models, chat_completions, *AUDIT_ROUTES],
+        route_handlers=[
+            healthz,
+            readyz,
+            list_models,
+            chat_completions,
+            metrics_endpoint,
+            *AUDIT_ROUTES,
+            *ADMIN_ROUTES,
+            *DOCUMENT_ROUTES,
+            *REVIEW_PAGE_ROUTES,
+        ],
         lifespan=[lifespan],
-        state=State({"services": services, "load_error": None}),
+        state=State({"services": services, "load_error": None, "metrics": GatewayMetrics()}),
         exception_handlers={
             ApiError: api_error_handler,
             HTTPException: http_exception_handler,
@@ -65,3 +81,16 @@ async def _load_in_background(app: Litestar, settings: Settings) -> None:
     except Exception as exc:
         log.exception("gateway.load_failed")
         app.state.load_error = f"{type(exc).__name__}: {exc}"
+
+
+async def _watch_policies(app: Litestar, settings: Settings) -> None:
+    """Hot reload: look for edited policy files and swap valid ones in."""
+    while True:
+        await asyncio.sleep(settings.policy_reload_seconds)
+        services: Services | None = app.state.get("services")
+        if services is None:
+            continue
+        try:
+            await asyncio.to_thread(services.policies.reload)
+        except Exception:
+            log.exception("policy.watch_failed")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,6 +11,7 @@ import structlog
 from sqlalchemy.orm import Session, sessionmaker
 
 from gateway.audit_chain import AuditChain
+from gateway.audit_keys import SubjectKeys
 from gateway.models import AuditRecord
 from guardrails.verdict import Verdict
 
@@ -42,8 +44,15 @@ class AuditEntry:
     store_content: bool = False
     details: dict[str, Any] = field(default_factory=dict)
 
-    def to_row(self) -> AuditRecord:
-        """The row to append: text only when the policy allows it, hashes always."""
+    @property
+    def subject(self) -> str:
+        """Whose text this is, for erasure: the end user the client named, else the key."""
+        return self.end_user or self.key_id or "anonymous"
+
+    def to_row(self, seal: Callable[[str], str] | None = None) -> AuditRecord:
+        """The row to append: text only when the policy allows it (sealed by `seal` when
+        given), hashes of the plain text always."""
+        keep = self.store_content
         values: dict[str, Any] = {
             name: getattr(self, name)
             for name in self.__dataclass_fields__
@@ -57,10 +66,16 @@ class AuditEntry:
                 "verdicts": [v.to_dict() for v in self.verdicts],
                 "prompt_sha256": _sha256(self.prompt_text),
                 "answer_sha256": _sha256(self.answer_text),
-                "prompt_text": self.prompt_text if self.store_content else None,
-                "answer_text": self.answer_text if self.store_content else None,
+                "prompt_text": _kept(self.prompt_text, keep, seal),
+                "answer_text": _kept(self.answer_text, keep, seal),
             }
         )
+
+
+def _kept(text: str | None, keep: bool, seal: Callable[[str], str] | None) -> str | None:
+    if text is None or not keep:
+        return None
+    return text if seal is None else seal(text)
 
 
 def _sha256(text: str | None) -> str | None:
@@ -68,14 +83,17 @@ def _sha256(text: str | None) -> str | None:
 
 
 class AuditLog:
-    """Appends records; a failure to write is logged loudly, never hidden."""
+    """Appends records, their text sealed with the subject's key; a failure to write is
+    logged loudly, never hidden."""
 
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self._chain = AuditChain(sessions)
+        self._keys = SubjectKeys(sessions)
 
     def record(self, entry: AuditEntry) -> AuditRecord:
         try:
-            return self._chain.append(entry.to_row())
+            sealer = self._keys.sealer(entry.tenant, entry.subject)
+            return self._chain.append(entry.to_row(sealer))
         except Exception:
             log.exception("audit.write_failed", request_id=entry.request_id)
             raise

@@ -1,4 +1,5 @@
-"""Reading the audit log for reviewers: filters, cursor pages, streamed exports."""
+"""Reading the audit log for reviewers: filters, cursor pages, streamed exports; text is
+decrypted with its subject's key, or shown as `[erased]`."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from sqlalchemy import Select, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from gateway.audit_chain import canonical_value
+from gateway.audit_keys import TextOpener
 from gateway.models import AuditRecord
 
 EXPORT_COLUMNS = [c.name for c in AuditRecord.__table__.columns]
+_TEXT_COLUMNS = ("prompt_text", "answer_text")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,19 +66,36 @@ class AuditFilter:
         )
 
 
-def record_to_dict(record: AuditRecord) -> dict[str, Any]:
-    return {name: canonical_value(getattr(record, name)) for name in EXPORT_COLUMNS}
+def record_to_dict(record: AuditRecord, opener: TextOpener | None = None) -> dict[str, Any]:
+    """A record as reviewers see it: with an opener, its text decrypted (or `[erased]`)."""
+    data = {name: canonical_value(getattr(record, name)) for name in EXPORT_COLUMNS}
+    if opener is not None:
+        for name in _TEXT_COLUMNS:
+            data[name] = opener.open(data[name])
+    return data
 
 
-def iter_records(
+def read_records(
     sessions: sessionmaker[Session], audit_filter: AuditFilter, after_seq: int = 0
-) -> Iterator[AuditRecord]:
-    """Matching records in chain order, read in batches (never all in memory)."""
+) -> Iterator[dict[str, Any]]:
+    """Matching records in chain order, readable, in batches (never all in memory)."""
     with sessions() as session:
+        opener = TextOpener(session)
         rows = session.scalars(audit_filter.statement(after_seq).execution_options(yield_per=500))
         for record in rows:
             if audit_filter.matches_verdicts(record):
-                yield record
+                yield record_to_dict(record, opener)
+
+
+def read_record(
+    sessions: sessionmaker[Session], seq: int, tenant: str | None
+) -> dict[str, Any] | None:
+    """One record of `tenant`, readable, or None."""
+    with sessions() as session:
+        record = session.scalars(select(AuditRecord).where(AuditRecord.seq == seq)).one_or_none()
+        if record is None or record.tenant != tenant:
+            return None
+        return record_to_dict(record, TextOpener(session))
 
 
 def page(
@@ -83,10 +103,10 @@ def page(
 ) -> tuple[list[dict[str, Any]], int | None]:
     """One page and the cursor of the next (None at the end)."""
     items: list[dict[str, Any]] = []
-    for record in iter_records(sessions, audit_filter, after_seq):
+    for data in read_records(sessions, audit_filter, after_seq):
         if len(items) == limit:
             return items, int(items[-1]["seq"])
-        items.append(record_to_dict(record))
+        items.append(data)
     return items, None
 
 
@@ -99,8 +119,7 @@ def export_lines(
         writer = csv.DictWriter(buffer, fieldnames=EXPORT_COLUMNS)
         writer.writeheader()
         yield _drain(buffer)
-    for record in iter_records(sessions, audit_filter):
-        data = record_to_dict(record)
+    for data in read_records(sessions, audit_filter):
         if fmt == "jsonl":
             yield json.dumps(data, ensure_ascii=False) + "\n"
         else:

@@ -11,11 +11,10 @@ from litestar.params import FromPath
 from litestar.response import Stream
 
 from gateway.audit_chain import verify_chain
-from gateway.audit_query import AuditFilter, export_lines, page, record_to_dict
+from gateway.audit_query import AuditFilter, export_lines, page, read_record
 from gateway.auth import AUDIT_ROLES, identify, services_of
 from gateway.errors import ApiError
 from gateway.keys import KeyIdentity
-from gateway.models import AuditRecord
 
 MAX_PAGE = 500
 
@@ -89,14 +88,7 @@ async def get_audit_record(request: Request[Any, Any, Any], seq: FromPath[int]) 
     services = services_of(request)
     identity = await identify(request, services, AUDIT_ROLES)
 
-    def load() -> dict[str, Any] | None:
-        with services.sessions() as session:
-            record = session.query(AuditRecord).filter_by(seq=seq).one_or_none()
-            if record is None or record.tenant != identity.tenant:
-                return None
-            return record_to_dict(record)
-
-    found = await asyncio.to_thread(load)
+    found = await asyncio.to_thread(read_record, services.sessions, seq, identity.tenant)
     if found is None:
         raise ApiError(
             404,
@@ -135,6 +127,7 @@ async def verify_audit_chain(request: Request[Any, Any, Any]) -> dict[str, Any]:
     return {
         "ok": report.ok,
         "records": report.records,
+        "first_seq": report.first_seq,
         "head_seq": report.head_seq,
         "head_hash": report.head_hash,
         "problems": report.problems,

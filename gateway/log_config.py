@@ -26,6 +26,7 @@ def configure_logging() -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # Look stderr up at each use: tests and daemons may swap it after configuration.
+        logger_factory=lambda *_: structlog.PrintLogger(sys.stderr),
     )
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

@@ -1,18 +1,23 @@
-"""`bastion audit verify|checkpoint|query|export`: the audit log for reviewers."""
+"""`bastion audit verify|checkpoint|query|export|purge|erase`: the audit log for reviewers
+and for the retention and erasure duties of its operators."""
 
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import sys
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from gateway.audit_chain import Checkpoint, make_checkpoint, verify_chain
-from gateway.audit_query import AuditFilter, export_lines, iter_records, record_to_dict
+from gateway.audit_chain import PURGE_EVENT, Checkpoint, make_checkpoint, verify_chain
+from gateway.audit_query import AuditFilter, export_lines, read_records
+from gateway.audit_retention import AuditRetentionError, erase_subject, purge_before
+from gateway.audit_signing import load_signing_key
 from gateway.commands._common import add_data_dir
+from gateway.models import utc_now
 from gateway.settings import Settings
 
 
@@ -26,6 +31,19 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     checkpoint = actions.add_parser("checkpoint", help="print the chain's head as JSON")
     add_data_dir(checkpoint)
     checkpoint.set_defaults(run=run_checkpoint)
+    purge = actions.add_parser(
+        "purge", help="delete records older than DAYS from the head of the chain"
+    )
+    purge.add_argument("--older-than", type=_days, required=True, metavar="DAYS")
+    add_data_dir(purge)
+    purge.set_defaults(run=run_purge)
+    erase = actions.add_parser(
+        "erase", help="destroy a data subject's key: their logged text becomes unreadable"
+    )
+    erase.add_argument("--subject", required=True, help="the end user id, else the API key id")
+    erase.add_argument("--tenant", help="only in this tenant (default: every tenant)")
+    add_data_dir(erase)
+    erase.set_defaults(run=run_erase)
     for name, runner in (("query", run_query), ("export", run_export)):
         sub = actions.add_parser(name, help=f"{name} records matching filters")
         for option in (
@@ -45,6 +63,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
             sub.add_argument("--format", choices=["jsonl", "csv"], default="jsonl")
         add_data_dir(sub)
         sub.set_defaults(run=runner)
+
+
+def _days(value: str) -> int:
+    if not value.isdigit():
+        raise argparse.ArgumentTypeError(f"DAYS must be a whole number of days, not {value!r}")
+    return int(value)
 
 
 def _filter(args: argparse.Namespace) -> AuditFilter:
@@ -68,9 +92,14 @@ def _sessions(settings: Settings) -> sessionmaker[Session]:
     return open_database(settings)
 
 
+def _actor() -> str:
+    return f"cli:{getpass.getuser()}"
+
+
 def run_verify(settings: Settings, args: argparse.Namespace) -> int:
     checkpoint = Checkpoint.from_json(args.checkpoint.read_text()) if args.checkpoint else None
-    report = verify_chain(_sessions(settings), checkpoint)
+    key = load_signing_key(settings.data_dir) if checkpoint and checkpoint.signature else None
+    report = verify_chain(_sessions(settings), checkpoint, checkpoint_key=key)
     for problem in report.problems:
         print(f"TAMPERED: {problem}")
     status = "OK" if report.ok else "FAILED"
@@ -79,17 +108,50 @@ def run_verify(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def run_checkpoint(settings: Settings, _: argparse.Namespace) -> int:
-    print(make_checkpoint(_sessions(settings)).to_json())
+    sessions = _sessions(settings)
+    print(make_checkpoint(sessions, load_signing_key(settings.data_dir)).to_json())
     return 0
 
 
 def run_query(settings: Settings, args: argparse.Namespace) -> int:
-    for record in iter_records(_sessions(settings), _filter(args)):
-        print(json.dumps(record_to_dict(record), ensure_ascii=False))
+    for record in read_records(_sessions(settings), _filter(args)):
+        print(json.dumps(record, ensure_ascii=False))
     return 0
 
 
 def run_export(settings: Settings, args: argparse.Namespace) -> int:
     for piece in export_lines(_sessions(settings), _filter(args), args.format):
         sys.stdout.write(piece)
+    return 0
+
+
+def run_purge(settings: Settings, args: argparse.Namespace) -> int:
+    """Prints the signed checkpoint of the new head: keep it outside the database."""
+    sessions = _sessions(settings)
+    cutoff = utc_now() - timedelta(days=args.older_than)
+    try:
+        result = purge_before(sessions, cutoff, load_signing_key(settings.data_dir), _actor())
+    except AuditRetentionError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if result is None:
+        print(f"nothing to purge: no record is older than {cutoff.isoformat()}", file=sys.stderr)
+        return 0
+    print(
+        f"purged records {result.first_seq}..{result.last_seq}; record {result.record.seq} "
+        f"({PURGE_EVENT}) vouches for them",
+        file=sys.stderr,
+    )
+    print(result.checkpoint.to_json())
+    return 0
+
+
+def run_erase(settings: Settings, args: argparse.Namespace) -> int:
+    result = erase_subject(_sessions(settings), args.subject, args.tenant, _actor())
+    where = f"tenant {args.tenant}" if args.tenant else "every tenant"
+    seqs = ", ".join(str(r.seq) for r in result.records)
+    print(
+        f"erased {len(result.keys)} key(s) of subject {args.subject!r} in {where}; "
+        f"recorded as {seqs}"
+    )
     return 0

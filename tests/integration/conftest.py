@@ -18,6 +18,7 @@ from sqlalchemy import select
 from engine import ChatMessage, Engine, GenerationRequest, TokenDelta, TransformersEngine
 from gateway.app import create_app
 from gateway.audit import AuditLog
+from gateway.audit_keys import TextOpener
 from gateway.keys import create_key
 from gateway.models import AuditRecord
 from gateway.rate_limit import InMemoryRateLimiter
@@ -73,6 +74,15 @@ class LiveServer:
         runtime = self.services.policies.for_tenant(self.settings.default_tenant)
         assert runtime is not None
         return runtime.loaded.version
+
+    def audit_text(self, request_id: str) -> tuple[str | None, str | None]:
+        """The stored prompt and answer of a request, decrypted as an auditor reads them."""
+        with self.services.sessions() as session:
+            row = session.scalars(
+                select(AuditRecord).where(AuditRecord.request_id == request_id)
+            ).one()
+            opener = TextOpener(session)
+            return opener.open(row.prompt_text), opener.open(row.answer_text)
 
     def audit_rows(self, request_id: str) -> list[AuditRecord]:
         with self.services.sessions() as session:
