@@ -22,6 +22,8 @@ def parse_body(raw: bytes, model: type[M]) -> M:
             "aren't using your HTTP library correctly. The OpenAI API expects a JSON payload.)",
             code="invalid_json",
         ) from exc
+    except RecursionError as exc:
+        raise ApiError(400, "The JSON body is nested too deeply.", code="invalid_json") from exc
     if not isinstance(data, dict):
         raise ApiError(400, "The request body must be a JSON object.", code="invalid_json")
     try:

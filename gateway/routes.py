@@ -9,6 +9,7 @@ from typing import Any
 
 import structlog
 from litestar import Request, Response, get, post
+from litestar.exceptions import HTTPException
 from litestar.response import Stream
 
 from gateway.audit import AuditEntry
@@ -117,6 +118,10 @@ async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
         entry.error_code = error.code
         if entry.outcome != "blocked":
             entry.outcome = "rejected" if error.status < 500 else "error"
+        raise
+    except HTTPException as error:  # raised by Litestar itself, e.g. 413 for a huge body
+        entry.status_code = error.status_code
+        entry.outcome = "rejected" if error.status_code < 500 else "error"
         raise
     finally:
         if not streaming:

@@ -112,3 +112,50 @@ def test_health_and_openapi(live_server: LiveServer) -> None:
     assert ready.status_code == 200 and ready.json()["status"] == "ready"
     schema = httpx.get(f"{live_server.base_url}/schema/openapi.json", timeout=10).json()
     assert "/v1/chat/completions" in schema["paths"]
+
+
+@pytest.mark.parametrize(
+    ("case", "raw", "status"),
+    [
+        ("invalid utf-8", b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}', 400),
+        ("deeply nested json", b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 400),
+        ("body over the size limit", b'{"messages": "' + b"x" * (11 * 1024 * 1024) + b'"}', 413),
+        (
+            "huge messages array",
+            b'{"messages": [' + b",".join([b'{"role": "user", "content": "hi"}'] * 5000) + b"]}",
+            400,
+        ),
+    ],
+)
+def test_hostile_bodies_get_a_clear_4xx(
+    live_server: LiveServer, case: str, raw: bytes, status: int
+) -> None:
+    response = post(live_server, None, raw=raw)
+    assert_openai_error(response, status)
+    rows = live_server.audit_rows(response.headers["x-request-id"])
+    assert len(rows) == 1 and rows[0].status_code == status
+
+
+def test_wrong_content_type_and_unknown_fields(live_server: LiveServer) -> None:
+    response = httpx.post(
+        f"{live_server.base_url}/v1/chat/completions",
+        headers={"authorization": f"Bearer {live_server.api_key}", "content-type": "text/plain"},
+        content=b"hello",
+        timeout=30,
+    )
+    assert_openai_error(response, 400)
+    tolerated = post(
+        live_server,
+        {"messages": GOOD_MESSAGES, "max_tokens": 2, "frobnicate": True, "logit_bias": {}},
+    )
+    assert tolerated.status_code == 200
+
+
+def test_n_above_one_and_bad_tools_are_refused(live_server: LiveServer) -> None:
+    assert_openai_error(post(live_server, {"messages": GOOD_MESSAGES, "n": 3}), 400, "n")
+    bad_tool = {"type": "function", "function": {"name": "has spaces", "parameters": {}}}
+    assert_openai_error(
+        post(live_server, {"messages": GOOD_MESSAGES, "tools": [bad_tool]}),
+        400,
+        "tools.0.function.name",
+    )
