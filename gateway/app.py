@@ -22,7 +22,7 @@ from gateway.errors import (
     internal_error_handler,
 )
 from gateway.metrics import GatewayMetrics, metrics_endpoint
-from gateway.request_context import add_request_id_header
+from gateway.request_context import add_request_id_header, bind_log_context
 from gateway.review_page import REVIEW_PAGE_ROUTES
 from gateway.routes import chat_completions, healthz, list_models, readyz
 from gateway.services import Services, load_services
@@ -71,6 +71,7 @@ def create_app(settings: Settings, services: Services | None = None) -> Litestar
             Exception: internal_error_handler,
         },
         before_send=[add_request_id_header],
+        before_request=bind_log_context,
         openapi_config=OpenAPIConfig(title="Bastion", version="0.1.0"),
     )
 

@@ -6,6 +6,7 @@ import re
 import uuid
 from typing import Any
 
+import structlog
 from litestar.datastructures import MutableScopeHeaders
 from litestar.types import Message, Scope
 
@@ -44,3 +45,11 @@ def bearer_token(headers: Any) -> str | None:
     if scheme.lower() != "bearer" or not token.strip():
         return None
     return str(token.strip())
+
+
+async def bind_log_context(request: Any) -> None:
+    """`before_request` hook: every log line of a request carries its request id."""
+    structlog.contextvars.clear_contextvars()
+    structlog.contextvars.bind_contextvars(
+        request_id=request_id_of(request.scope), path=request.url.path
+    )
