@@ -27,7 +27,7 @@ from guardrails import (
     tool_prompt,
     validate_tool_calls,
 )
-from retrieval import RetrievedChunk, format_context
+from retrieval import RetrievedChunk, format_context, select_for_prompt
 
 
 @dataclass
@@ -271,7 +271,8 @@ class ChatService:
                 if verdict.mode == "enforce":
                     continue
             kept.append(chunk)
-        return kept
+        # The prompt numbers sources in this order; citations must use the same numbers.
+        return select_for_prompt(kept)
 
     def _engine_messages(
         self,

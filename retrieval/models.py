@@ -5,7 +5,16 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
-from sqlalchemy import DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -27,6 +36,7 @@ class Document(RetrievalBase):
     __tablename__ = "documents"
     __table_args__ = (
         UniqueConstraint("tenant", "collection", "source", name="uq_documents_source"),
+        Index("ix_documents_content_hash", "tenant", "collection", "content_hash"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_document_id)
@@ -36,6 +46,12 @@ class Document(RetrievalBase):
     source: Mapped[str] = mapped_column(String(1024))
     content_hash: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_utcnow)
+    # Added by revision 0002.
+    kind: Mapped[str] = mapped_column(String(16), default="text", server_default="text")
+    version: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    ingested_at: Mapped[datetime | None] = mapped_column(
+        DateTime(timezone=True), default=_utcnow, nullable=True
+    )
 
 
 class Chunk(RetrievalBase):
@@ -57,3 +73,10 @@ class Chunk(RetrievalBase):
     collection: Mapped[str] = mapped_column(String(128))
     ordinal: Mapped[int] = mapped_column(Integer)
     text: Mapped[str] = mapped_column(Text)
+    # Added by revision 0002. The embedding (float32 bytes) lets the index be rebuilt from
+    # the database alone; rows from before 0002 have none and are embedded again.
+    page: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    section: Mapped[str | None] = mapped_column(String(512), nullable=True)
+    embedding: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    # Late-interaction token vectors (int8, see rerank.pack_token_vectors), for reranking.
+    token_vectors: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)

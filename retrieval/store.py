@@ -4,46 +4,51 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import re
-import threading
-from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path, PurePath
-from typing import Literal
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 from sqlalchemy import delete, func, select
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, defer, sessionmaker
 from tqdm import tqdm
 
-from retrieval.chunking import chunk_text, title_of
+from retrieval.chunking import chunk_sections, markdown_sections, title_of
+from retrieval.collection_indexes import CollectionIndexes
 from retrieval.embedder import Embedder
-from retrieval.models import Chunk, Document, new_document_id
-from retrieval.vector_index import VectorIndex
+from retrieval.hybrid_search import filter_conditions, reciprocal_rank_fusion, top_ids
+from retrieval.ingestion import PendingDocument, chunk_count, plan_ingestion
+from retrieval.loaders import (
+    SUFFIX_KINDS,
+    ParsedDocument,
+    UnsupportedDocumentError,
+    parse_document,
+)
+from retrieval.models import Chunk, Document
+from retrieval.rerank import (
+    Candidate,
+    LateInteractionReranker,
+    Reranker,
+    unpack_token_vectors,
+)
+from retrieval.results import (
+    DocumentInfo,
+    IngestResult,
+    RetrievedChunk,
+    SearchFilter,
+    SearchMode,
+)
+from retrieval.vector_index import APPROXIMATE_ABOVE
+
+__all__ = ["DocumentStore", "IngestResult", "RetrievedChunk"]
 
 logger = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
-_TEXT_SUFFIXES = frozenset({".txt", ".md", ".markdown"})
 _TITLE_MAX = 512
-
-
-@dataclass
-class IngestResult:
-    document_id: str
-    chunks: int
-    status: Literal["created", "updated", "unchanged"]
-
-
-@dataclass(frozen=True)
-class RetrievedChunk:
-    document_id: str
-    chunk_id: int
-    title: str
-    source: str
-    text: str
-    score: float
+_SECTION_MAX = 512
+# Filters matching at most this many chunks are searched exactly from stored embeddings.
+_EXACT_FILTERED_MAX = 20_000
 
 
 def _check_name(kind: str, value: str) -> None:
@@ -56,100 +61,150 @@ def _check_name(kind: str, value: str) -> None:
 
 
 class DocumentStore:
-    """Documents and chunks in the database, their vectors in one faiss file per collection.
+    """Documents, chunks and their embeddings in the database; derived search indexes beside.
 
-    The database is the source of truth: a vector whose chunk row is gone is ignored by
-    `search`. Open indexes are cached, so use one store per `index_dir` per process.
+    The database is the source of truth: the faiss file of each collection is kept in step
+    with it (save before commit, so a crash leaves at worst extra vectors, which `search`
+    ignores and `rebuild_index` drops), and BM25 is rebuilt from it whenever the
+    collection's chunks change, in this process or another. Use one store per `index_dir`
+    per process. Chunk sizes are in `count_tokens` units when given, else characters.
     """
 
     def __init__(
-        self, session_factory: sessionmaker[Session], embedder: Embedder, index_dir: Path
+        self,
+        session_factory: sessionmaker[Session],
+        embedder: Embedder,
+        index_dir: Path,
+        *,
+        reranker: Reranker | None = None,
+        count_tokens: Callable[[str], int] | None = None,
+        chunk_size: int | None = None,
+        chunk_overlap: int | None = None,
+        approximate_above: int = APPROXIMATE_ABOVE,
     ) -> None:
         self._sessions = session_factory
         self._embedder = embedder
-        self._index_dir = Path(index_dir)
-        self._indexes: dict[tuple[str, str], VectorIndex] = {}
-        self._lock = threading.Lock()
+        self._reranker = reranker if reranker is not None else LateInteractionReranker(embedder)
+        self._count = count_tokens if count_tokens is not None else len
+        self._chunk_size = chunk_size or (200 if count_tokens else 800)
+        self._chunk_overlap = chunk_overlap if chunk_overlap is not None else self._chunk_size // 7
+        self._indexes = CollectionIndexes(
+            session_factory, embedder, Path(index_dir), approximate_above
+        )
+
+    # Ingestion ---------------------------------------------------------------------------
 
     def ingest_text(
         self, tenant: str, collection: str, source: str, text: str, title: str | None = None
     ) -> IngestResult:
-        """Add or replace the document at `source`; unchanged content is left alone."""
-        _check_name("tenant", tenant)
-        _check_name("collection", collection)
-        content_hash = hashlib.sha256(text.encode("utf-8")).hexdigest()
-        with self._sessions() as session:
-            doc = session.scalars(
-                select(Document).where(
-                    Document.tenant == tenant,
-                    Document.collection == collection,
-                    Document.source == source,
-                )
-            ).one_or_none()
-            if doc is not None and doc.content_hash == content_hash:
-                count = session.scalar(
-                    select(func.count()).select_from(Chunk).where(Chunk.document_id == doc.id)
-                )
-                return IngestResult(doc.id, count or 0, "unchanged")
+        """Add or replace the Markdown or plain-text document at `source`."""
+        return self.ingest_texts(tenant, collection, [(source, text)], titles=[title])[0]
 
-            pieces = chunk_text(text)
-            vectors = self._embedder.embed(pieces)
-            resolved_title = (title or title_of(text, PurePath(source).name or source))[:_TITLE_MAX]
-            status: Literal["created", "updated"]
-            stale_ids: list[int] = []
-            if doc is None:
-                status = "created"
-                doc = Document(
-                    id=new_document_id(),
-                    tenant=tenant,
-                    collection=collection,
-                    title=resolved_title,
-                    source=source,
-                    content_hash=content_hash,
-                )
-                session.add(doc)
-                # No ORM relationship orders the inserts, so the parent row goes in first.
-                session.flush()
-            else:
-                status = "updated"
-                stale_ids = list(
-                    session.scalars(select(Chunk.id).where(Chunk.document_id == doc.id))
-                )
-                session.execute(delete(Chunk).where(Chunk.document_id == doc.id))
-                doc.title = resolved_title
-                doc.content_hash = content_hash
-            rows = [
-                Chunk(
-                    document_id=doc.id,
-                    tenant=tenant,
-                    collection=collection,
-                    ordinal=ordinal,
-                    text=piece,
-                )
-                for ordinal, piece in enumerate(pieces)
-            ]
-            session.add_all(rows)
-            session.flush()
-            new_ids = np.array([row.id for row in rows], dtype=np.int64)
-            self._commit_with_vectors(session, tenant, collection, new_ids, vectors, stale_ids)
-            return IngestResult(doc.id, len(rows), status)
+    def ingest_texts(
+        self,
+        tenant: str,
+        collection: str,
+        documents: Sequence[tuple[str, str]],
+        titles: Sequence[str | None] | None = None,
+    ) -> list[IngestResult]:
+        """Add or replace several (source, Markdown text) documents in one transaction.
+
+        Much faster than one `ingest_text` each: one model pass, one commit, one index save.
+        """
+        items = [
+            PendingDocument(
+                source,
+                ParsedDocument("markdown", title_of(text, "") or None, markdown_sections(text)),
+                hashlib.sha256(text.encode("utf-8")).hexdigest(),
+                titles[i] if titles is not None else None,
+            )
+            for i, (source, text) in enumerate(documents)
+        ]
+        return self._ingest(tenant, collection, items)
+
+    def ingest_bytes(
+        self,
+        tenant: str,
+        collection: str,
+        filename: str,
+        data: bytes,
+        *,
+        source: str | None = None,
+        title: str | None = None,
+    ) -> IngestResult:
+        """Add or replace an uploaded file (.txt, .md, .html, .pdf, by name or content).
+
+        `source` (default `filename`) identifies the document: the same source again
+        replaces it. Raises UnsupportedDocumentError for types or content we cannot read.
+        """
+        item = PendingDocument(
+            source or filename,
+            parse_document(filename, data),
+            hashlib.sha256(data).hexdigest(),
+            title,
+        )
+        return self._ingest(tenant, collection, [item])[0]
 
     def ingest_paths(
-        self, paths: Sequence[Path], tenant: str, collection: str, progress: bool = True
+        self,
+        paths: Sequence[Path],
+        tenant: str,
+        collection: str,
+        progress: bool = True,
+        batch_size: int = 32,
     ) -> list[IngestResult]:
-        """Ingest .txt and .md/.markdown files, walking folders recursively."""
+        """Ingest text, Markdown, HTML and PDF files, walking folders recursively.
+
+        Files go in batches of `batch_size`, each batch in one transaction.
+        """
         _check_name("tenant", tenant)
         _check_name("collection", collection)
         results: list[IngestResult] = []
-        files = _text_files(paths)
-        for path in tqdm(files, desc=f"{tenant}/{collection}", unit="file", disable=not progress):
-            try:
-                text = path.read_text(encoding="utf-8")
-            except UnicodeDecodeError:
-                logger.warning("skipping %s: not UTF-8 text", path)
-                continue
-            results.append(self.ingest_text(tenant, collection, str(path), text))
+        files = _supported_files(paths)
+        with tqdm(
+            total=len(files), desc=f"{tenant}/{collection}", unit="file", disable=not progress
+        ) as bar:
+            for start in range(0, len(files), batch_size):
+                batch: list[PendingDocument] = []
+                for path in files[start : start + batch_size]:
+                    data = path.read_bytes()
+                    try:
+                        parsed = parse_document(path.name, data)
+                    except UnsupportedDocumentError as error:
+                        logger.warning("skipping %s: %s", path, error)
+                        continue
+                    batch.append(
+                        PendingDocument(str(path), parsed, hashlib.sha256(data).hexdigest())
+                    )
+                results.extend(self._ingest(tenant, collection, batch))
+                bar.update(len(files[start : start + batch_size]))
         return results
+
+    def _ingest(
+        self, tenant: str, collection: str, items: Sequence[PendingDocument]
+    ) -> list[IngestResult]:
+        _check_name("tenant", tenant)
+        _check_name("collection", collection)
+        if not items:
+            return []
+        with self._sessions() as session:
+            plan = plan_ingestion(session, tenant, collection, items)
+            pieces = [
+                chunk_sections(
+                    item.parsed.sections, self._chunk_size, self._chunk_overlap, self._count
+                )
+                for item in plan.to_write
+            ]
+            texts = [piece.text for chunks in pieces for piece in chunks]
+            vectors, token_vectors = self._embedder.embed_with_tokens(texts)
+            new_ids, stale_ids = plan.write(session, pieces, vectors, token_vectors)
+            if len(new_ids) or stale_ids:
+                self._indexes.commit_with_vectors(
+                    session, tenant, collection, new_ids, vectors, stale_ids
+                )
+            return plan.results()
+
+    # Documents ---------------------------------------------------------------------------
 
     def delete_document(self, tenant: str, document_id: str) -> bool:
         """Delete a tenant's document with its chunks and vectors; False if there is none."""
@@ -166,12 +221,50 @@ class DocumentStore:
             session.delete(doc)
             session.commit()
         # After the commit: if this fails, the leftover vectors are ignored by `search`.
-        with self._lock:
-            index = self._existing_index(tenant, collection)
-            if index is not None and ids:
-                index.remove(np.array(ids, dtype=np.int64))
-                index.save()
+        self._indexes.remove_vectors(tenant, collection, ids)
         return True
+
+    def list_documents(self, tenant: str, collection: str | None = None) -> list[DocumentInfo]:
+        """The tenant's documents (of one collection, if given), by collection and source."""
+        _check_name("tenant", tenant)
+        if collection is not None:
+            _check_name("collection", collection)
+        counts = (
+            select(Chunk.document_id, func.count().label("n"))
+            .where(Chunk.tenant == tenant)
+            .group_by(Chunk.document_id)
+            .subquery()
+        )
+        query = (
+            select(Document, func.coalesce(counts.c.n, 0))
+            .outerjoin(counts, counts.c.document_id == Document.id)
+            .where(Document.tenant == tenant)
+            .order_by(Document.collection, Document.source)
+        )
+        if collection is not None:
+            query = query.where(Document.collection == collection)
+        with self._sessions() as session:
+            return [_info(doc, int(n)) for doc, n in session.execute(query).all()]
+
+    def get_document(self, tenant: str, document_id: str) -> DocumentInfo | None:
+        """One of the tenant's documents, or None (also for another tenant's document)."""
+        _check_name("tenant", tenant)
+        with self._sessions() as session:
+            doc = session.scalars(
+                select(Document).where(Document.id == document_id, Document.tenant == tenant)
+            ).one_or_none()
+            return None if doc is None else _info(doc, chunk_count(session, doc.id))
+
+    def rebuild_index(self, tenant: str, collection: str) -> int:
+        """Rebuild the collection's faiss file from the database; returns its vector count.
+
+        Drops vectors a crash left behind and embeds chunks stored without an embedding.
+        """
+        _check_name("tenant", tenant)
+        _check_name("collection", collection)
+        return self._indexes.rebuild(tenant, collection)
+
+    # Search ------------------------------------------------------------------------------
 
     def search(
         self,
@@ -180,103 +273,173 @@ class DocumentStore:
         query: str,
         top_k: int = 4,
         min_score: float = 0.0,
+        *,
+        mode: SearchMode = "hybrid",
+        rerank: bool = True,
+        filters: SearchFilter | None = None,
+        candidates: int = 20,
     ) -> list[RetrievedChunk]:
-        """The `top_k` chunks of the tenant's `collections` most similar to `query`."""
+        """The `top_k` chunks of the tenant's `collections` that best answer `query`.
+
+        `mode` picks dense (faiss), lexical (BM25) or both fused by reciprocal rank; the
+        best `candidates` of that are reranked when `rerank`. Chunks whose cosine similarity
+        to the query is below `min_score` are dropped, whichever way they were found.
+        """
         _check_name("tenant", tenant)
         names = list(dict.fromkeys(collections))
         for name in names:
             _check_name("collection", name)
         if not names or top_k <= 0 or not query.strip():
             return []
+        pool = max(candidates, top_k)
         vector = self._embedder.embed([query])[0]
-        scores: dict[int, float] = {}
-        with self._lock:
-            for name in names:
-                index = self._existing_index(tenant, name)
-                if index is None:
-                    continue
-                for chunk_id, score in index.search(vector, top_k):
-                    if score >= min_score:
-                        scores[chunk_id] = max(score, scores.get(chunk_id, -math.inf))
-        if not scores:
-            return []
         with self._sessions() as session:
+            allowed = self._allowed_ids(session, tenant, names, filters)
+            rankings: list[list[int]] = []
+            if mode in ("hybrid", "dense"):
+                rankings.append(self._dense_ranking(session, tenant, names, vector, pool, allowed))
+            if mode in ("hybrid", "lexical"):
+                rankings.append(self._lexical_ranking(session, tenant, names, query, pool, allowed))
+            fused = reciprocal_rank_fusion(rankings) if mode == "hybrid" else _first_stage(rankings)
+            pool_ids = top_ids(fused, pool)
             rows = session.execute(
                 select(Chunk, Document)
                 .join(Document, Chunk.document_id == Document.id)
-                .where(
-                    Chunk.id.in_(scores),
-                    Chunk.tenant == tenant,
-                    Chunk.collection.in_(names),
-                )
+                .where(Chunk.id.in_(pool_ids), Chunk.tenant == tenant, Chunk.collection.in_(names))
+                # Token vectors are large and only the reranker reads them.
+                .options(*([] if rerank else [defer(Chunk.token_vectors)]))
             ).all()
-            found = [
-                RetrievedChunk(
-                    document_id=doc.id,
-                    chunk_id=chunk.id,
-                    title=doc.title,
-                    source=doc.source,
-                    text=chunk.text,
-                    score=scores[chunk.id],
-                )
-                for chunk, doc in rows
-            ]
-        found.sort(key=lambda hit: (-hit.score, hit.chunk_id))
-        return found[:top_k]
+            cosines = self._cosines(vector, [chunk for chunk, _ in rows])
+            kept = [(c, d) for c, d in rows if cosines[c.id] >= min_score]
+            scores = {c.id: fused[c.id] for c, _ in kept}
+            if rerank and kept:
+                candidates_ = [
+                    Candidate(
+                        c.id,
+                        c.text,
+                        None if c.token_vectors is None else unpack_token_vectors(c.token_vectors),
+                    )
+                    for c, _ in kept
+                ]
+                reranked = self._reranker.score(query, candidates_)
+                scores = dict(zip((c.id for c, _ in kept), reranked, strict=True))
+            hits = [_hit(c, d, scores[c.id], cosines[c.id]) for c, d in kept]
+        hits.sort(key=lambda hit: (-hit.score, hit.chunk_id))
+        return hits[:top_k]
 
-    def _commit_with_vectors(
+    def _allowed_ids(
+        self, session: Session, tenant: str, names: list[str], filters: SearchFilter | None
+    ) -> set[int] | None:
+        if filters is None:
+            return None
+        conditions = filter_conditions(filters)
+        if not conditions:
+            return None
+        query = (
+            select(Chunk.id)
+            .join(Document, Chunk.document_id == Document.id)
+            .where(Chunk.tenant == tenant, Chunk.collection.in_(names), *conditions)
+        )
+        return set(session.scalars(query))
+
+    def _dense_ranking(
         self,
         session: Session,
         tenant: str,
-        collection: str,
-        new_ids: np.ndarray,
-        vectors: np.ndarray,
-        stale_ids: list[int],
-    ) -> None:
-        """Save the new vectors, then commit; undo the vectors if either step fails."""
-        with self._lock:
-            index = self._index(tenant, collection)
-            try:
-                index.add(new_ids, vectors)
-                index.save()
-                session.commit()
-            except BaseException:
-                session.rollback()
-                index.remove(new_ids)
-                try:
-                    index.save()
-                except OSError:
-                    logger.exception("could not save %s after a failed ingest", index.path)
-                raise
-            if stale_ids:
-                # The old chunk rows are gone, so these vectors are already unreachable.
-                try:
-                    index.remove(np.array(stale_ids, dtype=np.int64))
-                    index.save()
-                except OSError:
-                    logger.exception("could not drop replaced vectors from %s", index.path)
+        names: list[str],
+        vector: np.ndarray,
+        k: int,
+        allowed: set[int] | None,
+    ) -> list[int]:
+        if allowed is not None and len(allowed) <= _EXACT_FILTERED_MAX:
+            ids, vectors = self._indexes.stored_vectors(session, tenant, None, sorted(allowed))
+            scores = vectors @ vector
+            order = np.argsort(-scores, kind="stable")[:k]
+            return [int(ids[i]) for i in order]
+        # Over-fetch: vectors of uncommitted or deleted chunks, or filtered out, are skipped.
+        fetch = k * 2 if allowed is None else k * 10
+        found: dict[int, float] = {}
+        with self._indexes.lock:
+            for name in names:
+                index = self._indexes.existing_vectors(tenant, name, session)
+                if index is None:
+                    continue
+                for chunk_id, score in index.search(vector, fetch):
+                    if allowed is None or chunk_id in allowed:
+                        found[chunk_id] = score
+        return top_ids(found, fetch)
 
-    def _index(self, tenant: str, collection: str) -> VectorIndex:
-        """The cached index of (tenant, collection), opened or created. Hold `self._lock`."""
-        key = (tenant, collection)
-        index = self._indexes.get(key)
-        if index is None or index.changed_on_disk:
-            index = VectorIndex.open(self._index_path(tenant, collection), self._embedder.dimension)
-            self._indexes[key] = index
-        return index
+    def _lexical_ranking(
+        self,
+        session: Session,
+        tenant: str,
+        names: list[str],
+        query: str,
+        k: int,
+        allowed: set[int] | None,
+    ) -> list[int]:
+        found: dict[int, float] = {}
+        for name in names:
+            index = self._indexes.lexical(session, tenant, name)
+            found.update(index.search(query, k, allowed))
+        return top_ids(found, k)
 
-    def _existing_index(self, tenant: str, collection: str) -> VectorIndex | None:
-        """Like `_index`, but None where nothing was ever saved, so lookups create nothing."""
-        if (tenant, collection) in self._indexes or self._index_path(tenant, collection).exists():
-            return self._index(tenant, collection)
-        return None
+    def _cosines(self, vector: np.ndarray, chunks: Sequence[Chunk]) -> dict[int, float]:
+        stored = [c for c in chunks if c.embedding is not None]
+        missing = [c for c in chunks if c.embedding is None]
+        result = {
+            c.id: float(np.frombuffer(c.embedding or b"", np.float32) @ vector) for c in stored
+        }
+        if missing:
+            embedded = self._embedder.embed([c.text for c in missing])
+            result.update({c.id: float(v @ vector) for c, v in zip(missing, embedded, strict=True)})
+        return result
 
-    def _index_path(self, tenant: str, collection: str) -> Path:
-        return self._index_dir / tenant / f"{collection}.faiss"
+    # Indexes -----------------------------------------------------------------------------
 
 
-def _text_files(paths: Sequence[Path]) -> list[Path]:
-    """Resolved, de-duplicated text files under `paths`, in a stable order."""
+def _first_stage(rankings: list[list[int]]) -> dict[int, float]:
+    """Scores that keep a single ranking's order (for dense-only or lexical-only search)."""
+    ranking = rankings[0] if rankings else []
+    return {item: float(len(ranking) - rank) for rank, item in enumerate(ranking)}
+
+
+def _hit(chunk: Chunk, doc: Document, score: float, cosine: float) -> RetrievedChunk:
+    return RetrievedChunk(
+        document_id=doc.id,
+        chunk_id=chunk.id,
+        title=doc.title,
+        source=doc.source,
+        text=chunk.text,
+        score=score,
+        collection=chunk.collection,
+        ordinal=chunk.ordinal,
+        section=chunk.section,
+        page=chunk.page,
+        version=doc.version,
+        ingested_at=doc.ingested_at,
+        dense_score=cosine,
+    )
+
+
+def _info(doc: Document, chunks: int) -> DocumentInfo:
+    return DocumentInfo(
+        id=doc.id,
+        tenant=doc.tenant,
+        collection=doc.collection,
+        title=doc.title,
+        source=doc.source,
+        kind=doc.kind,
+        version=doc.version,
+        content_hash=doc.content_hash,
+        chunks=chunks,
+        created_at=doc.created_at,
+        ingested_at=doc.ingested_at,
+    )
+
+
+def _supported_files(paths: Sequence[Path]) -> list[Path]:
+    """Resolved, de-duplicated ingestible files under `paths`, in a stable order."""
     found: dict[Path, None] = {}
     for raw in paths:
         path = Path(raw).resolve()
@@ -287,8 +450,8 @@ def _text_files(paths: Sequence[Path]) -> list[Path]:
         else:
             raise FileNotFoundError(f"no such file or folder: {raw}")
         for candidate in candidates:
-            if candidate.suffix.lower() in _TEXT_SUFFIXES:
+            if candidate.suffix.lower() in SUFFIX_KINDS:
                 found.setdefault(candidate.resolve(), None)
             else:
-                logger.info("skipping %s: only .txt, .md and .markdown are ingested", candidate)
+                logger.info("skipping %s: not a text, Markdown, HTML or PDF file", candidate)
     return list(found)

@@ -2,32 +2,47 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
 import faiss
 import numpy as np
 
+APPROXIMATE_ABOVE = 50_000
+"""Collections with more vectors than this switch from exact search to an IVF index."""
+
 
 class VectorIndex:
-    """Exact inner-product search over vectors keyed by chunk id.
+    """Inner-product search over vectors keyed by chunk id.
 
+    Exact (a flat index) up to `approximate_above` vectors; past that the index is retrained
+    as an inverted file (IVF) that probes about a tenth of its lists, and stays one.
     Not thread-safe: callers serialise access (DocumentStore holds a lock around it).
     """
 
-    def __init__(self, path: Path, index: faiss.IndexIDMap2, dim: int) -> None:
+    def __init__(
+        self,
+        path: Path,
+        index: faiss.IndexIDMap2 | faiss.IndexIVFFlat,
+        dim: int,
+        approximate_above: int = APPROXIMATE_ABOVE,
+    ) -> None:
         self.path = path
         self.dim = dim
+        self.approximate_above = approximate_above
         self._index = index
         self._file_stamp = _stamp(path)
+        if isinstance(index, faiss.IndexIVF):
+            _prepare_ivf(index)
 
     @classmethod
-    def open(cls, path: Path, dim: int) -> VectorIndex:
+    def open(cls, path: Path, dim: int, approximate_above: int = APPROXIMATE_ABOVE) -> VectorIndex:
         """Read the index at `path`, or start an empty one that `save` will create there."""
         if path.exists():
             index = faiss.read_index(str(path))
-            if not isinstance(index, faiss.IndexIDMap2):
-                raise ValueError(f"{path} is not an IndexIDMap2 index")
+            if not isinstance(index, faiss.IndexIDMap2 | faiss.IndexIVFFlat):
+                raise ValueError(f"{path} is neither an IndexIDMap2 nor an IndexIVFFlat index")
             if index.d != dim:
                 raise ValueError(
                     f"index {path} holds {index.d}-dimensional vectors, expected {dim}; "
@@ -35,7 +50,7 @@ class VectorIndex:
                 )
         else:
             index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
-        return cls(path, index, dim)
+        return cls(path, index, dim, approximate_above)
 
     @property
     def changed_on_disk(self) -> bool:
@@ -45,6 +60,24 @@ class VectorIndex:
     @property
     def size(self) -> int:
         return int(self._index.ntotal)
+
+    @property
+    def approximate(self) -> bool:
+        return isinstance(self._index, faiss.IndexIVF)
+
+    def ids(self) -> np.ndarray:
+        """The ids of all vectors held, in no particular order."""
+        if isinstance(self._index, faiss.IndexIDMap2):
+            return faiss.vector_to_array(self._index.id_map).astype(np.int64)
+        lists = self._index.invlists
+        if lists is None:
+            return np.zeros(0, np.int64)
+        parts = [
+            faiss.rev_swig_ptr(lists.get_ids(i), lists.list_size(i)).copy()
+            for i in range(lists.nlist)
+            if lists.list_size(i)
+        ]
+        return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
     def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         """Add `vectors` under `ids`; an id already present is replaced, never duplicated."""
@@ -58,6 +91,8 @@ class VectorIndex:
             return
         self.remove(ids)
         self._index.add_with_ids(vectors, ids)
+        if not self.approximate and self.size > self.approximate_above:
+            self._switch_to_ivf()
 
     def remove(self, ids: np.ndarray) -> int:
         """Remove the vectors with these ids; returns how many were present."""
@@ -87,6 +122,27 @@ class VectorIndex:
             self._file_stamp = _stamp(self.path)
         finally:
             tmp.unlink(missing_ok=True)
+
+    def _switch_to_ivf(self) -> None:
+        if not isinstance(self._index, faiss.IndexIDMap2):
+            return
+        ids = self.ids()
+        vectors = np.asarray(self._index.index.reconstruct_n(0, self.size), dtype=np.float32)
+        nlist = min(4096, max(16, int(4 * math.sqrt(len(ids)))))
+        quantizer = faiss.IndexFlatIP(self.dim)
+        ivf = faiss.IndexIVFFlat(quantizer, self.dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        ivf.train(vectors)
+        _prepare_ivf(ivf)
+        ivf.add_with_ids(vectors, ids)
+        self._index = ivf
+
+
+def _prepare_ivf(index: faiss.IndexIVF) -> None:
+    # A hashtable direct map lets vectors be removed and replaced by id.
+    hashtable = faiss.DirectMap.Hashtable  # type: ignore[attr-defined]
+    if index.direct_map.type != hashtable:
+        index.set_direct_map_type(hashtable)
+    index.nprobe = max(8, index.nlist // 10)
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:

@@ -27,7 +27,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     results = store.ingest_paths(args.paths, tenant=args.tenant, collection=args.collection)
     counts = {
         status: sum(r.status == status for r in results)
-        for status in ("created", "updated", "unchanged")
+        for status in ("created", "updated", "unchanged", "duplicate")
     }
     record_admin_action(
         sessions,

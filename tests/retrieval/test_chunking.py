@@ -4,7 +4,8 @@ import itertools
 
 import pytest
 
-from retrieval import chunk_text, title_of
+from retrieval import Section, chunk_sections, chunk_text, title_of
+from retrieval.chunking import markdown_sections
 
 
 def _sentences(count: int) -> str:
@@ -75,3 +76,14 @@ def test_invalid_sizes_are_rejected() -> None:
 def test_title_of() -> None:
     assert title_of("Some text\n\n## Expense reports ##\nBody", "fallback") == "Expense reports"
     assert title_of("No heading here.\n#hashtag", "notes.txt") == "notes.txt"
+
+
+def test_sizes_can_be_counted_in_tokens_and_chunks_keep_section_and_page() -> None:
+    words = lambda text: len(text.split())  # noqa: E731 - a stand-in for a model tokenizer
+    sections = [Section("# Guide", _sentences(40), "Guide", page=7)]
+    chunks = chunk_sections(sections, max_size=50, overlap=10, count=words)
+    assert len(chunks) > 3
+    assert all(words(c.text) <= 50 for c in chunks)
+    assert {(c.section, c.page) for c in chunks} == {("Guide", 7)}
+    nested = markdown_sections("# A\n\ntext\n\n## B\n\nmore\n\n# C\n\nend")
+    assert [s.path for s in nested] == [None, "A", "A > B", "C"]

@@ -181,3 +181,41 @@ def test_ingest_paths_walks_folders_and_skips_other_files(
     assert [result.status for result in again] == ["unchanged"] * 3
     with pytest.raises(FileNotFoundError):
         store.ingest_paths([tmp_path / "missing"], "acme", "handbook", progress=False)
+
+
+def test_update_bumps_version_and_old_text_is_never_found_again(store: DocumentStore) -> None:
+    first = store.ingest_text("acme", "kb", "/kb/door.md", "Door code is 4471-ALPHA.")
+    second = store.ingest_text("acme", "kb", "/kb/door.md", "Door code is 9902-BRAVO.")
+    assert (first.version, second.version, second.status) == (1, 2, "updated")
+    for mode in ("hybrid", "dense", "lexical"):
+        hits = store.search("acme", ["kb"], "4471-ALPHA door code", 5, -1.0, mode=mode)  # type: ignore[arg-type]
+        assert [(h.text, h.version) for h in hits] == [("Door code is 9902-BRAVO.", 2)]
+    assert store.delete_document("acme", second.document_id)
+    for mode in ("hybrid", "dense", "lexical"):
+        assert store.search("acme", ["kb"], "9902-BRAVO door code", 5, -1.0, mode=mode) == []  # type: ignore[arg-type]
+    assert store.get_document("acme", second.document_id) is None
+
+
+def test_tenants_never_see_each_others_chunks_in_any_mode(store: DocumentStore) -> None:
+    store.ingest_text("acme", "kb", "/kb/secret.md", "Acme launch codeword is PELICAN-42.")
+    store.ingest_text("globex", "kb", "/kb/other.md", "Globex picnic is in June.")
+    for mode in ("hybrid", "dense", "lexical"):
+        hits = store.search("globex", ["kb"], "PELICAN-42 launch codeword", 5, -1.0, mode=mode)  # type: ignore[arg-type]
+        assert {h.source for h in hits} <= {"/kb/other.md"}
+    assert store.list_documents("globex") == store.list_documents("globex", "kb")
+    assert [d.source for d in store.list_documents("globex")] == ["/kb/other.md"]
+    acme_id = store.list_documents("acme")[0].id
+    assert store.get_document("globex", acme_id) is None
+
+
+def test_same_content_under_another_source_is_a_duplicate(store: DocumentStore) -> None:
+    original = store.ingest_text("acme", "kb", "/kb/a.md", VPN)
+    results = store.ingest_texts(
+        "acme", "kb", [("/kb/b.md", VPN), ("/kb/c.md", EXPENSES), ("/kb/d.md", EXPENSES)]
+    )
+    assert [r.status for r in results] == ["duplicate", "created", "duplicate"]
+    assert results[0].document_id == original.document_id
+    assert results[2].document_id == results[1].document_id
+    assert [d.source for d in store.list_documents("acme", "kb")] == ["/kb/a.md", "/kb/c.md"]
+    # Another collection of the same tenant is separate.
+    assert store.ingest_text("acme", "other", "/kb/b.md", VPN).status == "created"

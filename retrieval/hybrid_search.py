@@ -1,0 +1,51 @@
+"""The pieces of hybrid search that need no store: rank fusion and metadata filters."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import ColumnElement, and_
+
+from retrieval.models import Chunk, Document
+from retrieval.results import SearchFilter
+
+RRF_K = 60
+"""The usual reciprocal-rank-fusion constant (Cormack et al., 2009)."""
+
+
+def reciprocal_rank_fusion(
+    rankings: Sequence[Sequence[int]], k: int = RRF_K, weights: Sequence[float] | None = None
+) -> dict[int, float]:
+    """Fuse ranked id lists: each id scores the sum of weight / (k + rank), rank from 1."""
+    fused: dict[int, float] = {}
+    for position, ranking in enumerate(rankings):
+        weight = 1.0 if weights is None else weights[position]
+        for rank, item in enumerate(ranking, start=1):
+            fused[item] = fused.get(item, 0.0) + weight / (k + rank)
+    return fused
+
+
+def top_ids(scores: dict[int, float], k: int) -> list[int]:
+    """The `k` best ids by score, ties broken by the smaller (older) id."""
+    return sorted(scores, key=lambda item: (-scores[item], item))[:k]
+
+
+def filter_conditions(filters: SearchFilter) -> list[ColumnElement[bool]]:
+    """SQL conditions on a query joining Chunk and Document that apply `filters`."""
+    conditions: list[ColumnElement[bool]] = []
+    if filters.document_ids is not None:
+        conditions.append(Chunk.document_id.in_(list(filters.document_ids)))
+    if filters.source_prefix is not None:
+        conditions.append(Document.source.startswith(filters.source_prefix, autoescape=True))
+    if filters.kinds is not None:
+        conditions.append(Document.kind.in_(list(filters.kinds)))
+    if filters.section_prefix is not None:
+        conditions.append(Chunk.section.startswith(filters.section_prefix, autoescape=True))
+    if filters.pages is not None:
+        first, last = filters.pages
+        conditions.append(and_(Chunk.page >= first, Chunk.page <= last))
+    if filters.ingested_after is not None:
+        conditions.append(Document.ingested_at >= filters.ingested_after)
+    if filters.ingested_before is not None:
+        conditions.append(Document.ingested_at < filters.ingested_before)
+    return conditions
