@@ -1,6 +1,8 @@
 """engine: the in-process inference engine behind a small async interface."""
 
 from engine.base import Engine
+from engine.config import EngineConfig
+from engine.core import EngineMetrics
 from engine.hf_engine import TransformersEngine
 from engine.model_source import (
     ModelNotFound,
@@ -8,27 +10,35 @@ from engine.model_source import (
     default_model_source,
     model_source_from_path,
 )
+from engine.paged_engine import PagedEngine
 from engine.types import (
     ChatMessage,
     ContextLengthExceeded,
     EngineError,
+    EngineOverloaded,
     FinishReason,
     GenerationRequest,
     SamplingParams,
     TokenDelta,
+    TokenLogprob,
 )
 
 __all__ = [
     "ChatMessage",
     "ContextLengthExceeded",
     "Engine",
+    "EngineConfig",
     "EngineError",
+    "EngineMetrics",
+    "EngineOverloaded",
     "FinishReason",
     "GenerationRequest",
     "ModelNotFound",
     "ModelSource",
+    "PagedEngine",
     "SamplingParams",
     "TokenDelta",
+    "TokenLogprob",
     "TransformersEngine",
     "default_model_source",
     "model_source_from_path",

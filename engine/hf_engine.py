@@ -16,11 +16,11 @@ from typing import Any
 
 import structlog
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from engine.detokenizer import IncrementalDetokenizer
-from engine.model_source import ModelSource
+from engine.model_source import ModelSource, load_pretrained
 from engine.sampling import sample_next_token
+from engine.tokenization import encode_chat, find_stop_token_ids
 from engine.types import ChatMessage, ContextLengthExceeded, GenerationRequest, TokenDelta
 
 log = structlog.get_logger(__name__)
@@ -37,19 +37,15 @@ class TransformersEngine:
         self._model_id = model_id
         self._device = device
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
-        self._stop_token_ids = self._find_stop_token_ids()
+        self._stop_token_ids = find_stop_token_ids(tokenizer, model.generation_config)
 
     @classmethod
     def load(cls, source: ModelSource, device: str | None = None) -> TransformersEngine:
         started = time.perf_counter()
         target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         log.info("engine.loading", model=source.model_id, folder=str(source.folder))
-        kwargs: dict[str, Any] = {"gguf_file": source.gguf_file} if source.gguf_file else {}
-        tokenizer = AutoTokenizer.from_pretrained(str(source.folder), **kwargs)
         dtype = torch.bfloat16 if target.type == "cuda" else torch.float32
-        model: Any = AutoModelForCausalLM.from_pretrained(
-            str(source.folder), dtype=dtype, **kwargs
-        )
+        model, tokenizer = load_pretrained(source, dtype)
         model = model.to(target).eval()
         log.info(
             "engine.loaded",
@@ -103,21 +99,7 @@ class TransformersEngine:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     def _encode_chat(self, messages: Sequence[ChatMessage]) -> list[int]:
-        conversation = [{"role": m.role, "content": m.content} for m in messages]
-        ids = self._tokenizer.apply_chat_template(conversation, add_generation_prompt=True)
-        return list(ids)
-
-    def _find_stop_token_ids(self) -> frozenset[int]:
-        ids: set[int] = set()
-        eos = self._model.generation_config.eos_token_id
-        if isinstance(eos, int):
-            ids.add(eos)
-        elif isinstance(eos, list):
-            ids.update(eos)
-        im_end = self._tokenizer.convert_tokens_to_ids("<|im_end|>")
-        if isinstance(im_end, int) and im_end != self._tokenizer.unk_token_id:
-            ids.add(im_end)
-        return frozenset(ids)
+        return encode_chat(self._tokenizer, messages)
 
     def _decode(self, ids: Sequence[int]) -> str:
         return str(self._tokenizer.decode(list(ids), skip_special_tokens=True))

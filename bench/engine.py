@@ -1,0 +1,320 @@
+"""Benchmark the paged engine against transformers `generate` on SmolLM2, in one run.
+
+    .venv/bin/python bench/engine.py            # full run, rewrites docs/benchmarks.md
+    .venv/bin/python bench/engine.py --quick    # smaller sizes, for a smoke test
+    .venv/bin/python bench/engine.py --no-write # print only
+
+Both sides use the same weights and the same number of intra-op threads (the engine's
+default on this CPU). Figures on shared machines are noisy: compare the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import os
+import platform
+import re
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from engine import EngineConfig, PagedEngine, SamplingParams, default_model_source
+from engine.model_source import load_pretrained
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+START, END = "<!-- engine:start -->", "<!-- engine:end -->"
+
+
+@dataclass
+class Row:
+    name: str
+    engine: str
+    baseline: str
+    ratio: str
+    goal: str
+
+
+def prompt_ids(length: int, seed: int) -> list[int]:
+    generator = torch.Generator().manual_seed(seed)
+    return list(torch.randint(100, 40000, (length,), generator=generator).tolist())
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def timed_streams(
+    engine: PagedEngine, prompts: list[list[int]], params: SamplingParams
+) -> list[tuple[float, float, int]]:
+    """(time to first token, total time, tokens) per request, all submitted at once."""
+
+    async def one(prompt: list[int]) -> tuple[float, float, int]:
+        started = time.perf_counter()
+        first = 0.0
+        count = 0
+        async for out in engine.stream_tokens(prompt, params):
+            if out.token_id is not None:
+                count += 1
+                if count == 1:
+                    first = time.perf_counter() - started
+        return first, time.perf_counter() - started, count
+
+    return list(await asyncio.gather(*(one(p) for p in prompts)))
+
+
+def hf_generate(model: Any, prompts: list[list[int]], new_tokens: int) -> float:
+    """Seconds for transformers to generate `new_tokens` for each prompt (one padded batch)."""
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[2] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    started = time.perf_counter()
+    with torch.inference_mode():
+        model.generate(
+            ids,
+            attention_mask=mask,
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+            pad_token_id=2,
+        )
+    return time.perf_counter() - started
+
+
+def hf_prefill_seconds(model: Any, prompt: list[int], repeats: int) -> float:
+    ids = torch.tensor([prompt])
+    times = []
+    with torch.inference_mode():
+        for _ in range(repeats):
+            started = time.perf_counter()
+            model(input_ids=ids, use_cache=False, logits_to_keep=1)
+            times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def engine_prefill_seconds(engine: PagedEngine, prompt: list[int], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        engine.call(lambda core: core.blocks.reset_prefix_cache())  # measure a cold prefill
+        started = time.perf_counter()
+        engine.generate([prompt], SamplingParams(max_tokens=1, ignore_eos=True))
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes (smoke test)")
+    parser.add_argument("--no-write", action="store_true", help="do not touch the docs")
+    parser.add_argument("--requests", type=int, default=240, help="memory-check requests")
+    args = parser.parse_args()
+    quick = args.quick
+    new_tokens = 32 if quick else 128
+    concurrency = 16
+    memory_requests = 48 if quick else args.requests
+    load_before = os.getloadavg()[0]
+    begun = time.perf_counter()
+
+    source = default_model_source()
+    hf, tokenizer = load_pretrained(source, torch.float32)
+    config = EngineConfig()
+    threads = config.threads_for("cpu") or torch.get_num_threads()
+    torch.set_num_threads(threads)  # the baseline gets what the engine thread gets
+    engine = PagedEngine.from_hf_model(hf, tokenizer, source.model_id, "cpu", config=config)
+    rows: list[Row] = []
+    engine.generate([prompt_ids(64, 0)], SamplingParams(max_tokens=4, ignore_eos=True))
+    print("warmed up", flush=True)
+
+    # 1. One stream: 128-token prompt, 128 new tokens; decode rate excludes the first token.
+    prompt = prompt_ids(128, 1)
+    params = SamplingParams(max_tokens=new_tokens, ignore_eos=True)
+    ((ttft, total, count),) = asyncio.run(timed_streams(engine, [prompt], params))
+    engine_decode = (count - 1) / (total - ttft)
+    hf_one = hf_generate(hf, [prompt], 1)
+    hf_all = hf_generate(hf, [prompt], new_tokens)
+    hf_decode = (new_tokens - 1) / (hf_all - hf_one)
+    rows.append(
+        Row(
+            f"1 stream, 128-token prompt + {new_tokens} new: decode tok/s",
+            f"{engine_decode:.1f}",
+            f"{hf_decode:.1f}",
+            f"{engine_decode / hf_decode:.2f}x",
+            ">= 5x",
+        )
+    )
+    print(rows[-1], flush=True)
+
+    # 2. 16 concurrent requests of ~110 tokens, 128 new each: total generated tok/s.
+    prompts = [prompt_ids(100 + 2 * i, 10 + i) for i in range(concurrency)]
+    started = time.perf_counter()
+    results = asyncio.run(timed_streams(engine, prompts, params))
+    engine_tps = sum(r[2] for r in results) / (time.perf_counter() - started)
+    hf_tps = concurrency * new_tokens / hf_generate(hf, prompts, new_tokens)
+    rows.append(
+        Row(
+            f"{concurrency} concurrent, ~110-token prompts + {new_tokens} new: total tok/s",
+            f"{engine_tps:.1f}",
+            f"{hf_tps:.1f} (padded batch)",
+            f"{engine_tps / hf_tps:.2f}x",
+            ">= 300 tok/s",
+        )
+    )
+    print(rows[-1], flush=True)
+
+    # 3. 16 concurrent requests sharing an 800-token prefix: mean time to first token.
+    shared = prompt_ids(800, 50)
+    prefixed = [shared + prompt_ids(20, 60 + i) for i in range(concurrency)]
+    engine.call(lambda core: core.blocks.reset_prefix_cache())
+    ttfts = [r[0] for r in asyncio.run(timed_streams(engine, prefixed, SamplingParams(8)))]
+    hit_rate = engine.metrics().prefix_cache_hit_rate
+    rows.append(
+        Row(
+            f"{concurrency} concurrent sharing an 800-token prefix: mean TTFT s",
+            f"{statistics.mean(ttfts):.2f} (median {statistics.median(ttfts):.2f})",
+            "-",
+            "-",
+            "<= 1.5 s",
+        )
+    )
+    print(rows[-1], f"cumulative hit rate {hit_rate:.2f}", flush=True)
+
+    # 4. Prefill of a 1,024-token prompt, against transformers in bf16 (and fp32).
+    long_prompt = prompt_ids(1024, 70)
+    repeats = 1 if quick else 3
+    engine_prefill = 1024 / engine_prefill_seconds(engine, long_prompt, repeats)
+    hf_fp32_prefill = 1024 / hf_prefill_seconds(hf, long_prompt, repeats)
+    hf_bf16 = copy.deepcopy(hf).to(torch.bfloat16)
+    hf_bf16_prefill = 1024 / hf_prefill_seconds(hf_bf16, long_prompt, repeats)
+    del hf_bf16
+    bf16_config = EngineConfig(kv_cache_mb=128, dtype="bfloat16")
+    bf16_engine = PagedEngine.from_hf_model(
+        hf, tokenizer, source.model_id, "cpu", config=bf16_config
+    )
+    bf16_engine.generate([prompt_ids(64, 0)], SamplingParams(max_tokens=2, ignore_eos=True))
+    engine_bf16_prefill = 1024 / engine_prefill_seconds(bf16_engine, long_prompt, repeats)
+    started = time.perf_counter()
+    results = asyncio.run(timed_streams(bf16_engine, prompts, params))
+    bf16_tps = sum(r[2] for r in results) / (time.perf_counter() - started)
+    bf16_engine.call(lambda core: core.blocks.reset_prefix_cache())
+    bf16_ttfts = [
+        r[0] for r in asyncio.run(timed_streams(bf16_engine, prefixed, SamplingParams(8)))
+    ]
+    bf16_engine.close()
+    rows.append(
+        Row(
+            "prefill of a 1,024-token prompt: tok/s (engine fp32 / engine bf16)",
+            f"{engine_prefill:.0f} / {engine_bf16_prefill:.0f}",
+            f"bf16 {hf_bf16_prefill:.0f}, fp32 {hf_fp32_prefill:.0f}",
+            f"{engine_prefill / hf_bf16_prefill:.2f}x / "
+            f"{engine_bf16_prefill / hf_bf16_prefill:.2f}x of HF bf16",
+            ">= HF bf16",
+        )
+    )
+    print(rows[-1], flush=True)
+    rows.append(
+        Row(
+            f"same {concurrency} concurrent requests, engine in bf16 (greedy differs from fp32)",
+            f"{bf16_tps:.1f} tok/s",
+            f"{hf_tps:.1f} (fp32)",
+            f"{bf16_tps / hf_tps:.2f}x",
+            ">= 300 tok/s",
+        )
+    )
+    rows.append(
+        Row(
+            "800-token shared prefix, engine in bf16: mean TTFT s",
+            f"{statistics.mean(bf16_ttfts):.2f} (median {statistics.median(bf16_ttfts):.2f})",
+            "-",
+            "-",
+            "<= 1.5 s",
+        )
+    )
+    print(rows[-2:], flush=True)
+
+    # 5. Resident memory across many requests, after warm-up.
+    batch = [prompt_ids(40 + (i % 7) * 9, 1000 + i) for i in range(memory_requests)]
+    short = SamplingParams(max_tokens=8, ignore_eos=True)
+    warm = memory_requests // 4
+    engine.generate(batch[:warm], short)
+    rss_warm = rss_mb()
+    for start in range(warm, memory_requests, 32):
+        engine.generate(batch[start : start + 32], short)
+    rss_end = rss_mb()
+    metrics = engine.metrics()
+    rows.append(
+        Row(
+            f"resident memory over {memory_requests} requests (after {warm} warm-up): MiB",
+            f"{rss_warm:.0f} -> {rss_end:.0f} ({rss_end - rss_warm:+.0f})",
+            "-",
+            "-",
+            "flat",
+        )
+    )
+    print(rows[-1], flush=True)
+    if metrics.kv_blocks_used != 0:
+        raise SystemExit(f"blocks leaked: {metrics}")
+    engine.close()
+
+    elapsed = time.perf_counter() - begun
+    section = render(rows, threads, load_before, elapsed, quick, args)
+    print(section)
+    if not args.no_write:
+        write_section(section)
+
+
+def cpu_name() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or "unknown CPU"
+    match = re.search(r"model name\s*:\s*(.+)", text)
+    return match.group(1).strip() if match else "unknown CPU"
+
+
+def render(
+    rows: list[Row], threads: int, load: float, elapsed: float, quick: bool, args: Any
+) -> str:
+    command = ".venv/bin/python bench/engine.py" + (" --quick" if quick else "")
+    if not quick and args.requests != 240:
+        command += f" --requests {args.requests}"
+    lines = [
+        "## Engine",
+        "",
+        f"Command: `{command}` ({elapsed / 60:.1f} min). Machine: {cpu_name()}, "
+        f"{os.cpu_count()} cores, torch {torch.__version__}, fp32 on CPU unless stated; the "
+        f"engine and the transformers baseline both run {threads} intra-op thread(s); load "
+        f"average {load:.1f} when the run started (the cores are shared with other work, so "
+        "absolute figures are noisy and ratios matter). Baseline: transformers `generate` "
+        "on the same SmolLM2-135M-Instruct weights in the same process.",
+        "",
+        "| Scenario | Paged engine | transformers | Ratio | Goal |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [f"| {r.name} | {r.engine} | {r.baseline} | {r.ratio} | {r.goal} |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def write_section(section: str) -> None:
+    text = DOC.read_text()  # re-read right before writing: others edit their own sections
+    if START not in text or END not in text:
+        raise SystemExit(f"{DOC} lacks the {START} ... {END} markers")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    DOC.write_text(f"{head}{START}\n{section}{END}{tail}")
+    print(f"wrote the engine section of {DOC}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""Paged attention on plain PyTorch: write new K/V into the pool, attend over gathered blocks.
+
+The pool of one layer is a flat tensor of slots, `[num_blocks * block_size, kv_heads,
+head_dim]`; slot `block * block_size + offset` holds one token. Model code sees only an
+`AttentionContext`, never the scheduler.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillChunk:
+    """One sequence's chunk of new tokens, rows `start:start + length` of the step's batch.
+
+    `context_slots` lists the slots of every token the chunk attends to (the cached prefix,
+    then the chunk itself); None means the chunk is the whole context (no cached prefix).
+    """
+
+    start: int
+    length: int
+    context_slots: torch.Tensor | None
+    mask: torch.Tensor | None
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionContext:
+    """Where this step's tokens go in the pool and what each of them attends to.
+
+    The first `num_decodes` rows are single-token steps, batched together: `decode_slots`
+    is `[num_decodes, max_context]` (padded), `decode_mask` marks real positions (None when
+    no row is padded).
+    """
+
+    slot_mapping: torch.Tensor
+    num_decodes: int
+    decode_slots: torch.Tensor | None
+    decode_mask: torch.Tensor | None
+    prefills: tuple[PrefillChunk, ...]
+
+
+def paged_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    ctx: AttentionContext,
+) -> torch.Tensor:
+    """Attention for a step. q: [T, heads, dim]; k, v: [T, kv_heads, dim] -> [T, heads * dim]."""
+    num_tokens, num_heads, head_dim = q.shape
+    num_kv_heads = k.shape[1]
+    group = num_heads // num_kv_heads
+    k_cache.index_copy_(0, ctx.slot_mapping, k)
+    v_cache.index_copy_(0, ctx.slot_mapping, v)
+    outputs: list[torch.Tensor] = []
+    nd = ctx.num_decodes
+    if nd:
+        assert ctx.decode_slots is not None
+        width = ctx.decode_slots.shape[1]
+        flat = ctx.decode_slots.reshape(-1)
+        # One query per sequence: group its query heads by the K/V head they share.
+        kd = k_cache.index_select(0, flat).view(nd, width, num_kv_heads, head_dim).transpose(1, 2)
+        vd = v_cache.index_select(0, flat).view(nd, width, num_kv_heads, head_dim).transpose(1, 2)
+        qd = q[:nd].view(nd, num_kv_heads, group, head_dim)
+        mask = None if ctx.decode_mask is None else ctx.decode_mask.view(nd, 1, 1, width)
+        out = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=mask)
+        outputs.append(out.reshape(nd, num_heads * head_dim))
+    for chunk in ctx.prefills:
+        rows = slice(chunk.start, chunk.start + chunk.length)
+        qp = q[rows].transpose(0, 1).unsqueeze(0)
+        if chunk.context_slots is None:
+            kp = k[rows].transpose(0, 1).unsqueeze(0)
+            vp = v[rows].transpose(0, 1).unsqueeze(0)
+            out = F.scaled_dot_product_attention(qp, kp, vp, is_causal=True, enable_gqa=True)
+        else:
+            kp = k_cache.index_select(0, chunk.context_slots).transpose(0, 1).unsqueeze(0)
+            vp = v_cache.index_select(0, chunk.context_slots).transpose(0, 1).unsqueeze(0)
+            out = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=chunk.mask, enable_gqa=True)
+        outputs.append(out[0].transpose(0, 1).reshape(chunk.length, num_heads * head_dim))
+    if len(outputs) == 1:
+        return outputs[0]
+    result = torch.cat(outputs)
+    assert result.shape[0] == num_tokens
+    return result

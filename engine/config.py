@@ -1,0 +1,80 @@
+"""Settings of the paged engine: memory budget, block size, batch limits."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+KV_CACHE_ENV = "BASTION_KV_CACHE_MB"
+_DTYPES = frozenset({"float32", "bfloat16", "float16"})
+DEFAULT_KV_CACHE_MB = 512
+
+
+def kv_cache_mb_from_env(default: int = DEFAULT_KV_CACHE_MB) -> int:
+    """The KV-cache budget in MiB from `BASTION_KV_CACHE_MB`, else `default`."""
+    raw = os.environ.get(KV_CACHE_ENV)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ValueError(f"{KV_CACHE_ENV} must be an integer number of MiB, got {raw!r}") from exc
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """How the engine spends memory and compute.
+
+    `max_batched_tokens` is the per-step token budget shared by decodes (one token each)
+    and prefill chunks; `max_waiting` bounds the queue of requests not yet running.
+    """
+
+    kv_cache_mb: int = DEFAULT_KV_CACHE_MB
+    block_size: int = 16
+    max_num_seqs: int = 32
+    max_batched_tokens: int = 512
+    max_waiting: int = 128
+    enable_prefix_caching: bool = True
+    num_kv_blocks: int | None = None  # overrides the budget: for tests and tuning
+    # Intra-op threads of the engine thread (None: torch's default). On a busy CPU, fewer
+    # threads than cores avoids OpenMP threads spinning against other processes.
+    num_threads: int | None = None
+    dtype: str | None = None  # "float32", "bfloat16", "float16"; None: bf16 on CUDA, fp32 on CPU
+
+    def __post_init__(self) -> None:
+        if self.kv_cache_mb <= 0:
+            raise ValueError("kv_cache_mb must be positive")
+        if self.block_size <= 0 or self.block_size & (self.block_size - 1):
+            raise ValueError("block_size must be a positive power of two")
+        if self.max_num_seqs <= 0:
+            raise ValueError("max_num_seqs must be positive")
+        if self.max_batched_tokens < self.max_num_seqs:
+            raise ValueError("max_batched_tokens must be >= max_num_seqs (one token per decode)")
+        if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
+            raise ValueError("num_kv_blocks must be positive")
+        if self.num_threads is not None and self.num_threads < 1:
+            raise ValueError("num_threads must be positive")
+        if self.dtype is not None and self.dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
+        if self.max_waiting < 0:
+            raise ValueError("max_waiting must be >= 0")
+
+    def torch_dtype(self, device_type: str) -> torch.dtype:
+        """The weights' and KV cache's dtype on a device of this type."""
+        if self.dtype is not None:
+            dtype: torch.dtype = getattr(torch, self.dtype)
+            return dtype
+        return torch.bfloat16 if device_type == "cuda" else torch.float32
+
+    def threads_for(self, device_type: str) -> int | None:
+        """Intra-op threads for the engine thread: on CPU, half the cores by default.
+
+        The other half serves the event loop, tokenization and the guardrail models in the
+        same process; on a shared CPU it also keeps OpenMP barriers from stalling.
+        """
+        if self.num_threads is not None or device_type != "cpu":
+            return self.num_threads
+        return max(1, (os.cpu_count() or 2) // 2)

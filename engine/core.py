@@ -1,0 +1,213 @@
+"""The engine's synchronous core: admit requests, run steps, report tokens. One thread only."""
+
+from __future__ import annotations
+
+import collections
+import time
+from dataclasses import dataclass
+
+import torch
+
+from engine.block_manager import BlockManager
+from engine.config import EngineConfig
+from engine.model_runner import ModelRunner
+from engine.scheduler import Scheduler
+from engine.sequence import Sequence
+from engine.types import (
+    ContextLengthExceeded,
+    EngineError,
+    FinishReason,
+    SamplingParams,
+    TokenLogprob,
+)
+
+_RATE_WINDOW_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutput:
+    """What one step did for one sequence: a new token, and/or the end of the sequence."""
+
+    seq_id: str
+    token_id: int | None
+    logprob: TokenLogprob | None
+    num_prompt_tokens: int
+    num_output_tokens: int
+    finish_reason: FinishReason | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineMetrics:
+    """A snapshot of the engine's load, memory and prefix-cache effectiveness."""
+
+    running: int
+    waiting: int
+    kv_blocks_total: int
+    kv_blocks_used: int
+    kv_blocks_free: int
+    kv_blocks_cached: int
+    prefix_cache_hit_rate: float
+    prefix_cache_queried_tokens: int
+    prefix_cache_hit_tokens: int
+    preemptions: int
+    generated_tokens: int
+    generation_tokens_per_second: float
+
+
+class EngineCore:
+    """Scheduler, block manager and model runner wired together; `step()` runs one batch."""
+
+    def __init__(
+        self,
+        runner: ModelRunner,
+        config: EngineConfig,
+        model_id: str,
+        stop_token_ids: frozenset[int],
+    ) -> None:
+        self.runner = runner
+        self.config = config
+        self.context_window = runner.model.shape.max_positions
+        self.blocks = BlockManager(
+            runner.num_blocks, config.block_size, model_id, config.enable_prefix_caching
+        )
+        self.scheduler = Scheduler(config, self.blocks)
+        self.stop_token_ids = stop_token_ids
+        self._seqs: dict[str, Sequence] = {}
+        self._generated = 0
+        self._recent: collections.deque[tuple[float, int]] = collections.deque()
+
+    # -- requests -------------------------------------------------------------------------
+
+    def check_fits(self, num_prompt_tokens: int, params: SamplingParams) -> None:
+        """Refuse, before queueing, a request that could never run to its end."""
+        if num_prompt_tokens <= 0:
+            raise EngineError("the prompt is empty")
+        total = num_prompt_tokens + params.max_tokens
+        if total > self.context_window:
+            raise ContextLengthExceeded(num_prompt_tokens, params.max_tokens, self.context_window)
+        if self.blocks.blocks_needed(total) > self.blocks.num_blocks:
+            raise EngineError(
+                f"{total} tokens need more KV blocks than the pool holds "
+                f"({self.blocks.num_blocks} x {self.config.block_size} tokens): "
+                "raise BASTION_KV_CACHE_MB or lower max_tokens"
+            )
+
+    def add_request(
+        self, seq_id: str, prompt_ids: list[int], params: SamplingParams, cache_salt: str = ""
+    ) -> Sequence:
+        self.check_fits(len(prompt_ids), params)
+        if seq_id in self._seqs:
+            raise EngineError(f"request id {seq_id!r} is already running")
+        generator = None
+        if not params.is_greedy:
+            generator = torch.Generator(device="cpu")
+            generator.manual_seed(params.seed if params.seed is not None else time.time_ns())
+        seq = Sequence(
+            seq_id, list(prompt_ids), len(prompt_ids), params, cache_salt, generator=generator
+        )
+        self._seqs[seq_id] = seq
+        self.scheduler.add(seq)
+        return seq
+
+    def abort(self, seq_id: str) -> bool:
+        """Stop a request and free its blocks now. False if it had already finished."""
+        seq = self._seqs.pop(seq_id, None)
+        if seq is None:
+            return False
+        seq.finish_reason = "cancelled"
+        self.scheduler.finish(seq)
+        return True
+
+    @property
+    def has_work(self) -> bool:
+        return self.scheduler.has_work
+
+    @property
+    def num_requests(self) -> int:
+        return len(self._seqs)
+
+    # -- stepping -------------------------------------------------------------------------
+
+    def step(self) -> list[StepOutput]:
+        """Run one batch; report each sampled token and each finished sequence."""
+        batch = self.scheduler.schedule()
+        if not batch:
+            return []
+        sampled = self.runner.run(batch)
+        self.scheduler.after_step(batch)
+        outputs: list[StepOutput] = []
+        new_tokens = 0
+        for (seq, _), result in zip(batch.entries, sampled, strict=True):
+            if result is None:
+                continue
+            token, logprob = result
+            finish = self._finish_reason(seq, token)
+            if finish != "stop":
+                seq.token_ids.append(token)
+                new_tokens += 1
+                if finish is None and seq.num_output_tokens >= seq.params.max_tokens:
+                    finish = "length"
+            emitted = token if finish != "stop" else None
+            outputs.append(
+                StepOutput(
+                    seq.seq_id,
+                    emitted,
+                    logprob if emitted is not None else None,
+                    seq.num_prompt_tokens,
+                    seq.num_output_tokens,
+                    finish,
+                )
+            )
+            if finish is not None:
+                seq.finish_reason = finish
+                self._seqs.pop(seq.seq_id, None)
+                self.scheduler.finish(seq)
+        self._count(new_tokens)
+        return outputs
+
+    def fail_all(self) -> list[str]:
+        """Drop every request after an unrecoverable step error; returns their ids."""
+        ids = list(self._seqs)
+        for seq_id in ids:
+            self.abort(seq_id)
+        return ids
+
+    def _finish_reason(self, seq: Sequence, token: int) -> FinishReason | None:
+        params = seq.params
+        if token in params.stop_token_ids:
+            return "stop"
+        if not params.ignore_eos and token in self.stop_token_ids:
+            return "stop"
+        return None
+
+    def _count(self, new_tokens: int) -> None:
+        now = time.monotonic()
+        self._generated += new_tokens
+        self._recent.append((now, new_tokens))
+        while self._recent and now - self._recent[0][0] > _RATE_WINDOW_S:
+            self._recent.popleft()
+
+    # -- metrics --------------------------------------------------------------------------
+
+    def metrics(self) -> EngineMetrics:
+        counts = self.blocks.counts()
+        now = time.monotonic()
+        recent = [(t, n) for t, n in self._recent if now - t <= _RATE_WINDOW_S]
+        rate = 0.0
+        if len(recent) > 1 and now > recent[0][0]:
+            # Tokens of the steps after the first one in the window, over the time since it.
+            rate = sum(n for _, n in recent[1:]) / (now - recent[0][0])
+        return EngineMetrics(
+            running=len(self.scheduler.running),
+            waiting=len(self.scheduler.waiting),
+            kv_blocks_total=counts.total,
+            kv_blocks_used=counts.used,
+            kv_blocks_free=counts.free,
+            kv_blocks_cached=counts.cached,
+            prefix_cache_hit_rate=self.blocks.hit_rate,
+            prefix_cache_queried_tokens=self.blocks.prefix_queries,
+            prefix_cache_hit_tokens=self.blocks.prefix_hits,
+            preemptions=self.scheduler.num_preemptions,
+            generated_tokens=self._generated,
+            generation_tokens_per_second=rate,
+        )

@@ -1,0 +1,201 @@
+"""The Llama family (SmolLM2, Llama 2/3, Qwen2, Mistral) written for paged attention.
+
+Weights are taken from a transformers model after it has loaded them (HF folder or GGUF),
+so every format transformers reads works here. The layers are plain tensors and
+functional calls: at this model size per-op overhead matters more than FLOPs, so Q/K/V and
+gate/up are fused into one matmul each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+from engine.attention import AttentionContext, paged_attention
+from engine.types import EngineError
+
+SUPPORTED_MODEL_TYPES = frozenset({"llama", "qwen2", "mistral"})
+_SEQ_LEN_DEPENDENT_ROPE = frozenset({"dynamic", "longrope"})
+
+
+class UnsupportedModel(EngineError):
+    """The model's architecture or settings are outside what the paged engine implements."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    """The dimensions the KV pool and attention need."""
+
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    hidden_size: int
+    vocab_size: int
+    max_positions: int
+
+
+@dataclass(slots=True)
+class _Layer:
+    input_norm: torch.Tensor
+    qkv_weight: torch.Tensor
+    qkv_bias: torch.Tensor | None
+    o_weight: torch.Tensor
+    o_bias: torch.Tensor | None
+    post_norm: torch.Tensor
+    gate_up_weight: torch.Tensor
+    gate_up_bias: torch.Tensor | None
+    down_weight: torch.Tensor
+    down_bias: torch.Tensor | None
+
+
+def _bias(*linears: Any) -> torch.Tensor | None:
+    biases = [lin.bias for lin in linears]
+    if all(b is None for b in biases):
+        return None
+    parts = [
+        b.detach() if b is not None else torch.zeros(lin.out_features, dtype=lin.weight.dtype)
+        for b, lin in zip(biases, linears, strict=True)
+    ]
+    return torch.cat(parts)
+
+
+def shape_of(config: Any) -> ModelShape:
+    """The dimensions of a transformers config, refusing architectures we don't run."""
+    if config.model_type not in SUPPORTED_MODEL_TYPES:
+        raise UnsupportedModel(
+            f"model type {config.model_type!r} is not supported by the paged engine "
+            f"(supported: {', '.join(sorted(SUPPORTED_MODEL_TYPES))})"
+        )
+    if getattr(config, "use_sliding_window", False):
+        raise UnsupportedModel("sliding-window attention is not supported by the paged engine")
+    heads = int(config.num_attention_heads)
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return ModelShape(
+        num_layers=int(config.num_hidden_layers),
+        num_heads=heads,
+        num_kv_heads=int(getattr(config, "num_key_value_heads", None) or heads),
+        head_dim=int(head_dim),
+        hidden_size=int(config.hidden_size),
+        vocab_size=int(config.vocab_size),
+        max_positions=int(config.max_position_embeddings),
+    )
+
+
+def rope_tables(
+    config: Any, max_positions: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin for every position, `[max_positions, head_dim]`, as transformers computes."""
+    scaling = getattr(config, "rope_scaling", None) or {}
+    rope_type = scaling.get("rope_type", scaling.get("type", "default"))
+    if rope_type in _SEQ_LEN_DEPENDENT_ROPE:
+        raise UnsupportedModel(f"rope scaling {rope_type!r} is not supported by the paged engine")
+    if rope_type not in ROPE_INIT_FUNCTIONS:
+        raise UnsupportedModel(f"unknown rope scaling {rope_type!r}")
+    inv_freq, attention_scaling = ROPE_INIT_FUNCTIONS[rope_type](config, torch.device("cpu"))
+    positions = torch.arange(max_positions, dtype=torch.float32)
+    freqs = positions[:, None] * inv_freq.float()[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos = (emb.cos() * attention_scaling).to(device)
+    sin = (emb.sin() * attention_scaling).to(device)
+    return cos, sin
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    dtype = x.dtype
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return (x * cos) + (rotated * sin)
+
+
+class PagedLlama:
+    """Forward pass over a flat batch of tokens from many sequences."""
+
+    def __init__(self, hf_model: Any, device: torch.device, dtype: torch.dtype) -> None:
+        config = hf_model.config
+        self.shape = shape_of(config)
+        self.device = device
+        self.dtype = dtype
+        self.eps = float(config.rms_norm_eps)
+
+        def take(t: torch.Tensor) -> torch.Tensor:
+            return t.detach().to(device=device, dtype=dtype).contiguous()
+
+        def opt(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else take(t)
+
+        inner = hf_model.model
+        self.embed = take(inner.embed_tokens.weight)
+        self.final_norm = take(inner.norm.weight)
+        lm_head = hf_model.get_output_embeddings()
+        tied = lm_head.weight.data_ptr() == inner.embed_tokens.weight.data_ptr()
+        self.lm_head = self.embed if tied else take(lm_head.weight)
+        self.layers: list[_Layer] = []
+        for hf_layer in inner.layers:
+            attn, mlp = hf_layer.self_attn, hf_layer.mlp
+            self.layers.append(
+                _Layer(
+                    input_norm=take(hf_layer.input_layernorm.weight),
+                    qkv_weight=take(
+                        torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
+                    ),
+                    qkv_bias=opt(_bias(attn.q_proj, attn.k_proj, attn.v_proj)),
+                    o_weight=take(attn.o_proj.weight),
+                    o_bias=opt(attn.o_proj.bias),
+                    post_norm=take(hf_layer.post_attention_layernorm.weight),
+                    gate_up_weight=take(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])),
+                    gate_up_bias=opt(_bias(mlp.gate_proj, mlp.up_proj)),
+                    down_weight=take(mlp.down_proj.weight),
+                    down_bias=opt(mlp.down_proj.bias),
+                )
+            )
+        self.cos, self.sin = rope_tables(config, self.shape.max_positions, device)
+        self.cos = self.cos.to(dtype)
+        self.sin = self.sin.to(dtype)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        ctx: AttentionContext,
+        kv_cache: list[tuple[torch.Tensor, torch.Tensor]],
+        logit_rows: torch.Tensor,
+    ) -> torch.Tensor:
+        """Logits (float32) of the rows in `logit_rows`, after writing every token's K/V."""
+        shape = self.shape
+        num_tokens = input_ids.shape[0]
+        q_size = shape.num_heads * shape.head_dim
+        kv_size = shape.num_kv_heads * shape.head_dim
+        head_dim = shape.head_dim
+        qk_heads = shape.num_heads + shape.num_kv_heads
+        cos = self.cos.index_select(0, positions).unsqueeze(1)
+        sin = self.sin.index_select(0, positions).unsqueeze(1)
+        eps = self.eps
+        hidden = F.embedding(input_ids, self.embed)
+        for layer, (k_cache, v_cache) in zip(self.layers, kv_cache, strict=True):
+            x = _rms_norm(hidden, layer.input_norm, eps)
+            qkv = F.linear(x, layer.qkv_weight, layer.qkv_bias)
+            # Q and K heads sit side by side in the fused output: rotate them in one go.
+            qk = _rotate(qkv[:, : q_size + kv_size].view(num_tokens, qk_heads, head_dim), cos, sin)
+            q, k = qk.split((shape.num_heads, shape.num_kv_heads), dim=1)
+            v = qkv[:, q_size + kv_size :].view(num_tokens, shape.num_kv_heads, head_dim)
+            attn = paged_attention(q, k, v, k_cache, v_cache, ctx)
+            hidden = hidden + F.linear(attn, layer.o_weight, layer.o_bias)
+            x = _rms_norm(hidden, layer.post_norm, eps)
+            gate, up = F.linear(x, layer.gate_up_weight, layer.gate_up_bias).chunk(2, dim=-1)
+            hidden = hidden + F.linear(F.silu(gate) * up, layer.down_weight, layer.down_bias)
+        if logit_rows.numel() == 0:
+            return hidden.new_empty((0, shape.vocab_size), dtype=torch.float32)
+        hidden = hidden.index_select(0, logit_rows)
+        hidden = _rms_norm(hidden, self.final_norm, eps)
+        return F.linear(hidden, self.lm_head).float()

@@ -1,0 +1,61 @@
+"""One request inside the engine: its tokens, how many have KV, and where that KV lives."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import torch
+
+from engine.types import FinishReason, SamplingParams
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(eq=False, slots=True)
+class Sequence:
+    """A prompt and its growing completion.
+
+    `num_computed_tokens` counts tokens whose K/V are in the cache; the rest of
+    `token_ids` still has to go through the model. After preemption it drops to zero and
+    the sequence is recomputed (prompt and completion so far) when it runs again.
+    """
+
+    seq_id: str
+    token_ids: list[int]
+    num_prompt_tokens: int
+    params: SamplingParams
+    cache_salt: str = ""
+    status: SequenceStatus = SequenceStatus.WAITING
+    num_computed_tokens: int = 0
+    block_table: list[int] = field(default_factory=list)
+    block_hashes: list[bytes] = field(default_factory=list)
+    num_cached_prompt_tokens: int = 0
+    num_preemptions: int = 0
+    finish_reason: FinishReason | None = None
+    generator: torch.Generator | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def output_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def is_prefilling(self) -> bool:
+        """True while tokens other than the newest sampled one still lack K/V."""
+        return self.num_tokens - self.num_computed_tokens > 1 or self.num_output_tokens == 0
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is SequenceStatus.FINISHED
