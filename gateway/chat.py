@@ -14,7 +14,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine import ChatMessage, ContextLengthExceeded, GenerationRequest, SamplingParams
+from engine import (
+    ChatMessage,
+    ContextLengthExceeded,
+    EngineOverloaded,
+    GenerationRequest,
+    SamplingParams,
+    TokenDelta,
+)
 from gateway.audit import AuditEntry
 from gateway.errors import ApiError, guardrail_block
 from gateway.schemas import ChatCompletionRequest, Message
@@ -140,6 +147,7 @@ class ChatService:
         chunks = await asyncio.to_thread(self._retrieve, entry, redacted_query)
         messages = self._engine_messages(body.messages, redacted, chunks, tools)
         entry.chunk_ids = [c.chunk_id for c in chunks]
+        entry.details["documents"] = sorted({c.document_id for c in chunks})
         entry.store_content = policy.audit.store_content
         entry.prompt_text = "\n".join(
             f"{m.role}: {text}" for m, text in zip(body.messages, redacted, strict=True)
@@ -181,7 +189,7 @@ class ChatService:
         redactor = StreamingRedactor(self._redact_output, chat.stream_window)
         started = time.perf_counter()
         try:
-            async for delta in self._services.engine.stream(chat.generation):
+            async for delta in self._engine_deltas(chat):
                 chat.entry.prompt_tokens = delta.prompt_tokens
                 chat.entry.completion_tokens = delta.completion_tokens
                 if delta.finish_reason is not None:
@@ -198,6 +206,22 @@ class ChatService:
                     yield rest
         finally:
             chat.entry.engine_ms += (time.perf_counter() - started) * 1000
+
+    async def _engine_deltas(self, chat: PreparedChat) -> AsyncIterator[TokenDelta]:
+        """The engine's deltas; its refusals become API errors the client can act on."""
+        try:
+            async for delta in self._services.engine.stream(chat.generation):
+                yield delta
+        except EngineOverloaded as exc:
+            raise ApiError(
+                429,
+                str(exc),
+                type="rate_limit_error",
+                code="engine_overloaded",
+                headers={"retry-after": str(max(1, round(exc.retry_after_s)))},
+            ) from exc
+        except ContextLengthExceeded as exc:
+            raise ApiError(400, str(exc), param="messages", code="context_length_exceeded") from exc
 
     async def complete(self, chat: PreparedChat) -> Answer:
         """Run the engine to the end and apply the output checks to the whole answer."""

@@ -79,7 +79,7 @@ async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
     services = services_of(request)
     streaming = False
     try:
-        identity = await identify(request, services, CHAT_ROLES)
+        identity = await identify(request, services, CHAT_ROLES, audit_denials=False)
         entry.tenant, entry.key_id = identity.tenant, identity.key_id
         runtime = policy_for(services, identity)
         limits = runtime.loaded.policy.rate_limits
@@ -88,6 +88,10 @@ async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
         service = ChatService(services, runtime)
         chat = await service.prepare(body, entry)
         if body.stream:
+            # Wait for the first text before the response starts, so that a refusal by
+            # the engine (overloaded) is still an HTTP error rather than a stream event.
+            texts = service.stream_text(chat)
+            first = await anext(texts, None)
             streaming = True
             return Stream(
                 _event_stream(
@@ -99,6 +103,8 @@ async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
                     identity,
                     limits,
                     request.app.state.metrics,
+                    texts,
+                    first,
                 ),
                 media_type="text/event-stream",
                 headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
@@ -139,6 +145,8 @@ async def _event_stream(
     identity: KeyIdentity,
     limits: RateLimits,
     metrics: GatewayMetrics,
+    texts: AsyncIterator[str],
+    first: str | None,
 ) -> AsyncIterator[bytes]:
     """SSE events for one answer. The audit record is written before the closing events,
     so a client that has read `[DONE]` finds it; a disconnect is recorded as cancelled."""
@@ -161,9 +169,11 @@ async def _event_stream(
             | {"citations": chat.citations()}
         )
         released: list[str] = []
-        async for text in service.stream_text(chat):
-            if not released:
-                metrics.ttft.observe(time.perf_counter() - started)
+        if first is not None:
+            metrics.ttft.observe(time.perf_counter() - started)
+            released.append(first)
+            yield sse(chunk_body(chat, {"content": first}, with_usage_field=with_usage))
+        async for text in texts:
             released.append(text)
             yield sse(chunk_body(chat, {"content": text}, with_usage_field=with_usage))
         answer = await service.finish(chat, "".join(released))
@@ -195,6 +205,7 @@ async def _event_stream(
             ApiError(500, "The server had an error while streaming.", type="server_error").body()
         )
     finally:
+        await texts.aclose()  # type: ignore[attr-defined]
         if not recorded:
             entry.outcome, entry.status_code = "cancelled", 499
             await record()

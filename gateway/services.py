@@ -116,7 +116,9 @@ def load_services(settings: Settings) -> Services:
     started = time.perf_counter()
     sessions = open_database(settings)
     source = model_source_from_path(settings.model_path) if settings.model_path else None
-    engine = PagedEngine.load(source or default_model_source(), device=settings.device)
+    engine = PagedEngine.load(
+        source or default_model_source(), device=settings.device, kv_cache_mb=settings.kv_cache_mb
+    )
     embedder = Embedder.load()
     analyzer = build_analyzer()
     store = DocumentStore(sessions, embedder, settings.index_dir)

@@ -34,6 +34,9 @@ class Settings(BaseSettings):
         default=None, description="A .gguf file or HF folder; default: SmolLM2-135M-Instruct."
     )
     device: str | None = Field(default=None, description="cpu or cuda; default: auto.")
+    kv_cache_mb: int | None = Field(
+        default=None, ge=16, description="KV cache budget in MiB; default: the engine's."
+    )
     sample_corpus: Path | None = REPO_ROOT / "docs" / "sample-corpus"
     default_tenant: str = "default"
     default_collection: str = "docs"

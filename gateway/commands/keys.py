@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import timedelta
 
 from gateway.commands._common import add_data_dir, record_admin_action
-from gateway.keys import ROLES, create_key, list_keys, revoke_key
+from gateway.keys import ROLES, create_key, list_keys, revoke_key, rotate_key
 from gateway.settings import Settings
 
 
@@ -22,6 +23,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     listing.add_argument("--tenant")
     add_data_dir(listing)
     listing.set_defaults(run=run_list)
+    rotate = actions.add_parser("rotate", help="replace a key; print the new one once")
+    rotate.add_argument("key_id")
+    rotate.add_argument(
+        "--grace-seconds", type=int, default=0, help="keep the old key working this long"
+    )
+    add_data_dir(rotate)
+    rotate.set_defaults(run=run_rotate)
     revoke = actions.add_parser("revoke", help="revoke a key at once")
     revoke.add_argument("key_id")
     add_data_dir(revoke)
@@ -52,6 +60,26 @@ def run_list(settings: Settings, args: argparse.Namespace) -> int:
         state = "revoked" if key.revoked else "active"
         created = key.created_at.isoformat(timespec="seconds")
         print(f"{key.key_id}  {key.prefix}...  {key.tenant}  {key.role}  {created}  {state}")
+    return 0
+
+
+def run_rotate(settings: Settings, args: argparse.Namespace) -> int:
+    from gateway.services import open_database
+
+    sessions = open_database(settings)
+    rotated = rotate_key(sessions, args.key_id, grace=timedelta(seconds=args.grace_seconds))
+    if rotated is None:
+        print(f"error: no active key with id {args.key_id}", file=sys.stderr)
+        return 1
+    secret, identity = rotated
+    record_admin_action(
+        sessions, "admin.key_rotated", identity.tenant, old_key=args.key_id, key=identity.key_id
+    )
+    print(secret)
+    print(
+        f"key id {identity.key_id} replaces {args.key_id}. This is the only time the key is shown.",
+        file=sys.stderr,
+    )
     return 0
 
 

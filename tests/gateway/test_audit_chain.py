@@ -151,8 +151,8 @@ def test_concurrent_writer_processes_build_one_chain(postgres_url: str) -> None:
     engine, sessions, _ = open_log(postgres_url)
     context = multiprocessing.get_context("spawn")
     # Each spawned process imports the guardrails package (tens of seconds on a busy
-    # 2-core machine), so four writers and a generous timeout.
-    writers = [context.Process(target=_write_many, args=(postgres_url, w, 50)) for w in range(4)]
+    # 2-core machine), hence the generous timeout.
+    writers = [context.Process(target=_write_many, args=(postgres_url, w, 25)) for w in range(8)]
     for process in writers:
         process.start()
     for process in writers:
@@ -160,5 +160,5 @@ def test_concurrent_writer_processes_build_one_chain(postgres_url: str) -> None:
         assert process.exitcode == 0
     report = verify_chain(sessions)
     assert report.ok, report.problems
-    assert report.records == report.head_seq == 4 * 50
+    assert report.records == report.head_seq == 8 * 25
     engine.dispose()

