@@ -49,13 +49,14 @@ def _key_json(info: KeyInfo) -> dict[str, Any]:
     }
 
 
-async def _audit(
+async def audit_admin_request(
     services: Services,
     request: Request[Any, Any, Any],
     admin: KeyIdentity,
     event: str,
     **details: Any,
 ) -> None:
+    """An admin action over HTTP: one audit record naming the admin's key."""
     entry = AuditEntry(
         request_id=f"admin_{uuid.uuid4().hex}",
         endpoint=request.url.path,
@@ -93,7 +94,7 @@ async def create_api_key(request: Request[Any, Any, Any]) -> dict[str, Any]:
         requests_per_minute=body.requests_per_minute,
         tokens_per_minute=body.tokens_per_minute,
     )
-    await _audit(
+    await audit_admin_request(
         services, request, admin, "admin.key_created", key=identity.key_id, role=identity.role
     )
     return {"id": identity.key_id, "key": secret, "tenant": identity.tenant, "role": identity.role}
@@ -118,7 +119,9 @@ async def rotate_api_key(request: Request[Any, Any, Any], key_id: FromPath[str])
     if rotated is None:
         raise _not_found(key_id)
     secret, identity = rotated
-    await _audit(services, request, admin, "admin.key_rotated", old_key=key_id, key=identity.key_id)
+    await audit_admin_request(
+        services, request, admin, "admin.key_rotated", old_key=key_id, key=identity.key_id
+    )
     return {
         "id": identity.key_id,
         "key": secret,
@@ -135,7 +138,7 @@ async def revoke_api_key(request: Request[Any, Any, Any], key_id: FromPath[str])
     revoked = await asyncio.to_thread(revoke_key, services.sessions, key_id, admin.tenant)
     if revoked is None:
         raise _not_found(key_id)
-    await _audit(services, request, admin, "admin.key_revoked", key=key_id)
+    await audit_admin_request(services, request, admin, "admin.key_revoked", key=key_id)
     return {"id": key_id, "revoked": True}
 
 

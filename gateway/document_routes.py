@@ -4,7 +4,6 @@ and delete documents (`admin`); always within the caller's tenant."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any, Literal
@@ -14,13 +13,11 @@ from litestar.datastructures import UploadFile
 from litestar.params import FromPath
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.audit import AuditEntry
+from gateway.admin_routes import audit_admin_request
 from gateway.auth import ADMIN_ROLES, CHAT_ROLES, identify, services_of
 from gateway.body import parse_body
 from gateway.errors import ApiError
-from gateway.keys import KeyIdentity
 from gateway.routes import policy_for
-from gateway.services import Services
 from retrieval import UnsupportedDocumentError
 
 MAX_UPLOAD_BYTES = 20 * 1024 * 1024
@@ -53,26 +50,6 @@ def _not_found(document_id: str) -> ApiError:
         code="not_found",
         param="document_id",
     )
-
-
-async def _audit(
-    services: Services,
-    request: Request[Any, Any, Any],
-    admin: KeyIdentity,
-    event: str,
-    **details: Any,
-) -> None:
-    entry = AuditEntry(
-        request_id=f"admin_{uuid.uuid4().hex}",
-        endpoint=request.url.path,
-        event=event,
-        tenant=admin.tenant,
-        key_id=admin.key_id,
-        outcome="ok",
-        status_code=200,
-        details={"actor": f"key:{admin.key_id}", **details},
-    )
-    await asyncio.to_thread(services.audit.record, entry)
 
 
 @post("/documents/search", status_code=200)
@@ -144,7 +121,7 @@ async def upload_document(request: Request[Any, Any, Any]) -> dict[str, Any]:
         )
     except (UnsupportedDocumentError, ValueError) as exc:
         raise ApiError(400, str(exc), param="file", code="unsupported_document") from exc
-    await _audit(
+    await audit_admin_request(
         services,
         request,
         admin,
@@ -189,7 +166,9 @@ async def delete_document(
     deleted = await asyncio.to_thread(services.store.delete_document, admin.tenant, document_id)
     if not deleted:
         raise _not_found(document_id)
-    await _audit(services, request, admin, "admin.document_deleted", document=document_id)
+    await audit_admin_request(
+        services, request, admin, "admin.document_deleted", document=document_id
+    )
     return {"id": document_id, "deleted": True}
 
 
