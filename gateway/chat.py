@@ -11,7 +11,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine import (
@@ -49,6 +49,7 @@ class PreparedChat:
     chunks: list[RetrievedChunk]
     entry: AuditEntry
     stream_window: int
+    restorable: dict[str, str] = field(default_factory=dict)
     answer_parts: list[str] = field(default_factory=list)
 
     def citations(self) -> list[dict[str, Any]]:
@@ -129,8 +130,10 @@ class ChatService:
                 )
 
         texts = [m.text for m in body.messages]
+        self._refuse_beyond_context(texts, max_tokens)
         last_user = next((m.text for m in reversed(body.messages) if m.role == "user"), "")
-        checked = await asyncio.to_thread(runtime.input_guardrails.check, texts, last_user)
+        roles = [m.role for m in body.messages]
+        checked = await asyncio.to_thread(runtime.input_guardrails.check, texts, last_user, roles)
         entry.verdicts.extend(checked.verdicts)
         if checked.blocking is not None:
             entry.outcome = "blocked"
@@ -178,7 +181,16 @@ class ChatService:
             chunks=chunks,
             entry=entry,
             stream_window=policy.output.stream_window_chars,
+            restorable=dict(checked.restorable),
         )
+
+    def _refuse_beyond_context(self, texts: list[str], max_tokens: int) -> None:
+        """A request that cannot fit even before sources are added is refused at once."""
+        engine = self._services.engine
+        tokens = engine.count_prompt_tokens([ChatMessage("user", t) for t in texts])
+        if tokens + max_tokens > engine.context_window:
+            error = ContextLengthExceeded(tokens, max_tokens, engine.context_window)
+            raise ApiError(400, str(error), param="messages", code="context_length_exceeded")
 
     async def stream_text(self, chat: PreparedChat) -> AsyncIterator[str]:
         """Answer text as the engine produces it, PII-filtered with a held-back window.
@@ -186,7 +198,9 @@ class ChatService:
         When tools are declared the whole answer is needed to judge a tool call, so
         nothing is released until it is complete.
         """
-        redactor = StreamingRedactor(self._redact_output, chat.stream_window)
+        redactor = StreamingRedactor(
+            self._runtime.output.redactor(chat.restorable), chat.stream_window
+        )
         started = time.perf_counter()
         try:
             async for delta in self._engine_deltas(chat):
@@ -229,13 +243,21 @@ class ChatService:
         return await self.finish(chat, "".join(released))
 
     async def finish(self, chat: PreparedChat, released_text: str) -> Answer:
-        """Decide what the client gets once generation ended: tool calls or text."""
+        """Decide what the client gets once generation ended: tool calls or text.
+
+        The output checks run once more over the whole answer, for the audit record and
+        for answers that were held back (tools); a blocking verdict withholds the text.
+        """
         raw = "".join(chat.answer_parts)
+        checked = await asyncio.to_thread(self._runtime.output.filter, raw, chat.restorable)
+        chat.entry.verdicts.extend(checked.verdicts)
         finish_reason = "length" if chat.entry.outcome == "length" else "stop"
         content: str | None = released_text
         tool_calls: list[dict[str, Any]] = []
         if chat.tools:
-            content, tool_calls, finish_reason = await self._judge_tool_calls(chat, raw)
+            content, tool_calls, finish_reason = self._judge_tool_calls(chat, raw, checked.text)
+        if any(v.blocks for v in checked.verdicts) and not tool_calls:
+            content, finish_reason = None, "content_filter"
         chat.entry.outcome = "content_filter" if finish_reason == "content_filter" else "ok"
         chat.entry.status_code = 200
         chat.entry.answer_text = content if not tool_calls else json.dumps(tool_calls)
@@ -247,16 +269,16 @@ class ChatService:
             completion_tokens=chat.entry.completion_tokens,
         )
 
-    async def _judge_tool_calls(
-        self, chat: PreparedChat, raw: str
+    def _judge_tool_calls(
+        self, chat: PreparedChat, raw: str, filtered: str
     ) -> tuple[str | None, list[dict[str, Any]], str]:
         calls = extract_tool_calls(raw)
         if calls is None:
-            text = await asyncio.to_thread(self._redact_output, raw)
-            return text, [], "stop"
-        check = validate_tool_calls(calls, chat.tools, "enforce")
+            return filtered, [], "stop"
+        mode = self._runtime.loaded.policy.output.tool_calls_mode
+        check = validate_tool_calls(calls, chat.tools, mode)
         chat.entry.verdicts.append(check.verdict)
-        if check.verdict.blocks:
+        if check.verdict.action == "block" and mode == "enforce":
             return None, [], "content_filter"
         tool_calls = [
             {
@@ -265,11 +287,11 @@ class ChatService:
                 "function": {"name": call.name, "arguments": call.arguments_json},
             }
             for call in check.calls
+            if call.parse_error is None
         ]
+        if not tool_calls:
+            return None, [], "content_filter"
         return None, tool_calls, "tool_calls"
-
-    def _redact_output(self, text: str) -> str:
-        return self._runtime.output_pii.redact(text).text
 
     def _retrieve(self, entry: AuditEntry, query: str) -> list[RetrievedChunk]:
         settings = self._runtime.loaded.policy.retrieval
@@ -278,23 +300,16 @@ class ChatService:
         found = self._services.store.search(
             entry.tenant, settings.collections, query, settings.top_k, settings.min_score
         )
-        detector = self._runtime.chunk_injection
+        # Retrieved text is untrusted: a chunk carrying instructions is dropped, and noted.
+        verdicts = self._runtime.untrusted_text.scan_untrusted([c.text for c in found])
         kept: list[RetrievedChunk] = []
-        for chunk in found:
-            verdict = detector.check([chunk.text])
+        for chunk, verdict in zip(found, verdicts, strict=True):
             if verdict.action == "block":
                 entry.verdicts.append(
-                    Verdict(
-                        check="indirect_injection",
-                        action="block",
-                        score=verdict.score,
-                        evidence=(f"chunk {chunk.chunk_id} dropped", *verdict.evidence),
-                        mode=verdict.mode,
-                    )
+                    replace(verdict, evidence=(f"chunk {chunk.chunk_id}", *verdict.evidence))
                 )
-                if verdict.mode == "enforce":
-                    continue
-            kept.append(chunk)
+            if not verdict.blocks:
+                kept.append(chunk)
         # The prompt numbers sources in this order; citations must use the same numbers.
         return select_for_prompt(kept)
 

@@ -109,10 +109,9 @@ def run_cases(cases: list[PolicyCase], check: InputCheck) -> list[CaseResult]:
 def guardrail_check_for(loaded: LoadedPolicy) -> InputCheck:
     """The real input guardrails of a policy (loads presidio and MiniLM)."""
     from gateway.services import build_policy_runtime
-    from guardrails import build_analyzer
     from retrieval import Embedder
 
-    runtime = build_policy_runtime(loaded, build_analyzer(), Embedder.load())
+    runtime = build_policy_runtime(loaded, Embedder.load())
 
     def check(texts: list[str], topic_text: str) -> tuple[list[tuple[str, str, str]], str | None]:
         result = runtime.input_guardrails.check(texts, topic_text)

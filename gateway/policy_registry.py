@@ -144,7 +144,26 @@ class PolicyRegistry(Generic[R]):
                 if previous is not None and previous[0].version == loaded.version:
                     by_path[path] = previous
                     continue
-                by_path[path] = (loaded, self._build(loaded), utc_now().isoformat())
+                try:
+                    runtime = self._build(loaded)
+                except Exception as exc:  # a valid file the guardrails cannot honour
+                    errors[path] = f"{path}: {exc}"
+                    if previous is not None:
+                        by_path[path] = previous
+                    self.reload_failures += 1
+                    log.error("policy.build_failed", path=str(path), error=str(exc))
+                    changes.append(
+                        PolicyChange(
+                            path,
+                            loaded.policy.name,
+                            previous[0].version if previous else None,
+                            None,
+                            errors[path],
+                            actor,
+                        )
+                    )
+                    continue
+                by_path[path] = (loaded, runtime, utc_now().isoformat())
                 old_version = previous[0].version if previous else None
                 changes.append(
                     PolicyChange(path, loaded.policy.name, old_version, loaded.version, None, actor)

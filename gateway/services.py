@@ -23,7 +23,10 @@ from gateway.settings import Settings
 from guardrails import (
     InjectionDetector,
     InputGuardrails,
+    LeakDetector,
+    OutputGuardrails,
     PiiRedactor,
+    SecretsFilter,
     TopicMatcher,
     build_analyzer,
 )
@@ -39,8 +42,8 @@ class PolicyRuntime:
 
     loaded: LoadedPolicy
     input_guardrails: InputGuardrails
-    output_pii: PiiRedactor
-    chunk_injection: InjectionDetector
+    output: OutputGuardrails
+    untrusted_text: InjectionDetector
 
 
 @dataclass
@@ -65,27 +68,33 @@ def open_database(settings: Settings) -> sessionmaker[Session]:
     return make_session_factory(make_db_engine(settings.resolved_database_url))
 
 
-def build_policy_runtime(
-    loaded: LoadedPolicy, analyzer: AnalyzerEngine, embedder: Embedder
-) -> PolicyRuntime:
-    checks = loaded.policy.input
+def build_policy_runtime(loaded: LoadedPolicy, embedder: Embedder) -> PolicyRuntime:
+    """The guardrails one policy asks for (raises when the policy cannot be honoured)."""
+    policy = loaded.policy
+    checks, answers = policy.input, policy.output
     topics = TopicMatcher(embedder, checks.topics) if checks.topics.enabled else None
-    injection = InjectionDetector(checks.injection)
+    injection = InjectionDetector(checks.injection, embed=embedder)
+    input_pii = PiiRedactor(build_analyzer(tuple(checks.pii.countries)), checks.pii)
+    output_pii = PiiRedactor(build_analyzer(tuple(answers.pii.countries)), answers.pii)
     return PolicyRuntime(
         loaded=loaded,
-        input_guardrails=InputGuardrails(injection, PiiRedactor(analyzer, checks.pii), topics),
-        output_pii=PiiRedactor(analyzer, loaded.policy.output.pii),
-        chunk_injection=injection,
+        input_guardrails=InputGuardrails(injection, input_pii, topics),
+        output=OutputGuardrails(
+            output_pii,
+            SecretsFilter(answers.secrets),
+            LeakDetector(answers.leaks, policy.model.system_prompt),
+        ),
+        untrusted_text=injection,
     )
 
 
 def open_policies(
-    settings: Settings, analyzer: AnalyzerEngine, embedder: Embedder, audit: AuditLog
+    settings: Settings, embedder: Embedder, audit: AuditLog
 ) -> PolicyRegistry[PolicyRuntime]:
     """Load every policy of the folder; each change is audited from then on."""
     registry: PolicyRegistry[PolicyRuntime] = PolicyRegistry(
         settings.policy_dir,
-        lambda loaded: build_policy_runtime(loaded, analyzer, embedder),
+        lambda loaded: build_policy_runtime(loaded, embedder),
         on_change=lambda change: audit.record(policy_change_entry(change)),
     )
     registry.reload(actor="startup")
@@ -132,7 +141,7 @@ def load_services(settings: Settings) -> Services:
         embedder=embedder,
         store=store,
         analyzer=analyzer,
-        policies=open_policies(settings, analyzer, embedder, audit),
+        policies=open_policies(settings, embedder, audit),
         audit=audit,
         limiter=make_rate_limiter(settings.redis_url),
     )

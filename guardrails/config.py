@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -17,40 +18,96 @@ DEFAULT_PII_ENTITIES: tuple[str, ...] = (
     "IP_ADDRESS",
 )
 
+# What happens to a PII entity: refuse the request, replace it with a typed placeholder,
+# replace it reversibly (the answer gets the original back), or let it through.
+PiiAction = Literal["block", "redact", "pseudonymize", "allow"]
 
-class InjectionConfig(BaseModel):
-    """Prompt-injection detection; `extra_patterns` run against the normalised text."""
+_ENTITY_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
+
+
+def _check_regexes(patterns: list[str]) -> list[str]:
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"pattern {pattern!r} is not a valid regex: {exc}") from exc
+    return patterns
+
+
+class _Check(BaseModel):
+    """Fields every check shares: on/off, mode, and what an internal error means.
+
+    `fail_closed`: an exception inside the check blocks (enforce mode) instead of passing.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = True
     mode: CheckMode = "enforce"
+    fail_closed: bool = True
+
+
+class InjectionConfig(_Check):
+    """Prompt-injection detection: built-in and `extra_patterns` regexes on the normalised
+    text, plus the shipped classifier when an embedder is available.
+
+    `classifier_threshold` None uses the threshold stored with the classifier's weights.
+    """
+
     extra_patterns: list[str] = Field(default_factory=list)
+    classifier: bool = True
+    classifier_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
 
-    @field_validator("extra_patterns")
-    @classmethod
-    def _patterns_compile(cls, patterns: list[str]) -> list[str]:
-        for pattern in patterns:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"extra pattern {pattern!r} is not a valid regex: {exc}") from exc
-        return patterns
+    _patterns_compile = field_validator("extra_patterns")(_check_regexes)
 
 
-class PiiConfig(BaseModel):
-    """Which presidio entities to redact, and the minimum score that counts as a finding."""
+class CustomRecognizer(BaseModel):
+    """A policy-defined PII entity: regexes, plus context words that raise its score."""
 
     model_config = ConfigDict(extra="forbid")
 
-    enabled: bool = True
-    mode: CheckMode = "enforce"
+    entity: str
+    patterns: list[str] = Field(min_length=1)
+    context: list[str] = Field(default_factory=list)
+    score: float = Field(default=0.6, ge=0.0, le=1.0)
+
+    _patterns_compile = field_validator("patterns")(_check_regexes)
+
+    @field_validator("entity")
+    @classmethod
+    def _entity_name(cls, entity: str) -> str:
+        if not _ENTITY_NAME.match(entity):
+            raise ValueError(f"entity {entity!r} must be UPPER_SNAKE_CASE, e.g. EMPLOYEE_ID")
+        return entity
+
+
+class PiiConfig(_Check):
+    """Which presidio entities to look for, the minimum score that counts, and per-entity
+    actions (`default_action` for entities not listed in `actions`).
+
+    `countries` selects presidio's country-specific recognizers (e.g. "us", "uk"); it takes
+    effect through `build_analyzer(countries)`.
+    """
+
     entities: list[str] = Field(default_factory=lambda: list(DEFAULT_PII_ENTITIES))
     score_threshold: float = Field(default=0.4, ge=0.0, le=1.0)
+    default_action: PiiAction = "redact"
+    actions: dict[str, PiiAction] = Field(default_factory=dict)
+    custom_recognizers: list[CustomRecognizer] = Field(default_factory=list)
+    countries: list[str] = Field(default_factory=lambda: ["us"])
+
+    def action_for(self, entity: str) -> PiiAction:
+        return self.actions.get(entity, self.default_action)
+
+    @property
+    def all_entities(self) -> list[str]:
+        """Configured entities plus those of the custom recognizers."""
+        custom = [r.entity for r in self.custom_recognizers if r.entity not in self.entities]
+        return [*self.entities, *dict.fromkeys(custom)]
 
 
 class Topic(BaseModel):
-    """An allowed topic, described in words and optionally by example questions."""
+    """A topic, described in words and optionally by example questions."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -59,15 +116,19 @@ class Topic(BaseModel):
     examples: list[str] = Field(default_factory=list)
 
 
-class TopicConfig(BaseModel):
-    """Topic allow-list; `threshold` is the minimum cosine similarity to the closest topic."""
+class TopicConfig(_Check):
+    """Topic allow-list and deny-list by embedding similarity.
 
-    model_config = ConfigDict(extra="forbid")
+    A request is off-topic when `allowed` is non-empty and its best cosine similarity to
+    an allowed topic is below `threshold`; it is denied when its similarity to a denied
+    topic reaches `deny_threshold`.
+    """
 
     enabled: bool = False
-    mode: CheckMode = "enforce"
     allowed: list[Topic] = Field(default_factory=list)
     threshold: float = Field(default=0.25, ge=-1.0, le=1.0)
+    denied: list[Topic] = Field(default_factory=list)
+    deny_threshold: float = Field(default=0.5, ge=-1.0, le=1.0)
 
 
 class InputGuardrailsConfig(BaseModel):
@@ -80,11 +141,30 @@ class InputGuardrailsConfig(BaseModel):
     topics: TopicConfig = Field(default_factory=TopicConfig)
 
 
+class SecretsConfig(_Check):
+    """Credentials in the answer (API keys, tokens, private keys, connection-string
+    passwords); `extra_patterns` are more regexes whose whole match is a secret."""
+
+    extra_patterns: list[str] = Field(default_factory=list)
+
+    _patterns_compile = field_validator("extra_patterns")(_check_regexes)
+
+
+class LeakConfig(_Check):
+    """System-prompt and canary leaks: any `canaries` string, or a run of `ngram_words`
+    consecutive words of the system prompt, in the answer."""
+
+    canaries: list[str] = Field(default_factory=list)
+    ngram_words: int = Field(default=8, ge=3)
+
+
 class OutputGuardrailsConfig(BaseModel):
     """Checks run on the model's answer; `stream_window_chars` is the streaming hold-back."""
 
     model_config = ConfigDict(extra="forbid")
 
     pii: PiiConfig = Field(default_factory=PiiConfig)
+    secrets: SecretsConfig = Field(default_factory=SecretsConfig)
+    leaks: LeakConfig = Field(default_factory=LeakConfig)
     tool_calls_mode: CheckMode = "enforce"
     stream_window_chars: int = Field(default=48, ge=0)

@@ -1,20 +1,40 @@
-"""Prompt-injection detection: regex families over de-obfuscated text.
+"""Prompt-injection and jailbreak detection, in layers over de-obfuscated text.
 
-Patterns require the imperative *and* its object ("ignore ... previous instructions"),
-so questions about injections or everyday phrases ("ignore the previous email") pass.
+1. `decoded_variants`: NFKC, invisibles, homoglyphs, base64, hex, rot13, leetspeak.
+2. Regex families (built in, plus the policy's `extra_patterns`). They require the
+   imperative *and* its object ("ignore ... previous instructions"), so questions about
+   injections or everyday phrases ("ignore the previous email") pass.
+3. With an embedder, the trained classifier (`injection_classifier.py`) catches
+   paraphrased attacks the patterns miss.
+
+Messages are checked one by one and, for attacks spread over several turns, joined.
+Retrieved chunks and tool results go through `scan_untrusted`.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
 
 from guardrails.config import InjectionConfig
+from guardrails.injection_classifier import (
+    WINDOW_CHARS,
+    Embedder,
+    InjectionClassifier,
+    text_windows,
+)
 from guardrails.normalize import decoded_variants
-from guardrails.verdict import Verdict
+from guardrails.verdict import Verdict, failed_check
 
 CHECK_NAME = "prompt_injection"
+INDIRECT_CHECK_NAME = "indirect_injection"
 _SNIPPET_CHARS = 80
+# Turns joined for the multi-turn classifier pass: the last few, when short enough to fit
+# one window (longer spreads are still caught by the patterns on the full join).
+_JOINED_TURNS = 4
 
 _DETERMINERS = r"(?:(?:all|any|every|of|the|your|my|these|those|such)\s+){0,3}"
 _PRIOR = r"(?:previous|prior|above|earlier|preceding|foregoing|former|original|initial|system)"
@@ -50,11 +70,14 @@ BUILTIN_PATTERNS: tuple[tuple[str, str], ...] = (
     ),
     (
         "reveal_system_prompt",
+        # "the secret instructions in the movie" is trivia; "your" or "system" makes it
+        # about this assistant.
         r"\b(?:reveal|print|show|display|output|repeat|leak|dump|tell|give|write\s+out"
-        r"|what\s+(?:is|are|was|were))\s+(?:me\s+|us\s+)?(?:your|the)\s+"
-        r"(?:(?:full|entire|exact|complete|verbatim)\s+)?"
-        r"(?:system\s+(?:prompt|message|instructions)"
-        r"|(?:hidden|secret|initial|original|internal|confidential)\s+"
+        r"|what\s+(?:is|are|was|were))\s+(?:me\s+|us\s+)?"
+        r"(?:(?:your|the)\s+(?:(?:full|entire|exact|complete|verbatim)\s+)?"
+        r"system\s+(?:prompt|message|instructions)"
+        r"|your\s+(?:(?:full|entire|exact|complete|verbatim)\s+)?"
+        r"(?:hidden|secret|initial|original|internal|confidential)\s+"
         r"(?:instructions|prompt|rules|system\s+prompt))\b",
     ),
     (
@@ -78,30 +101,144 @@ BUILTIN_PATTERNS: tuple[tuple[str, str], ...] = (
 )
 
 
-class InjectionDetector:
-    """Blocks texts that match a known injection pattern, in plain or obfuscated form."""
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    """A text to check and where it came from, for the evidence."""
 
-    def __init__(self, config: InjectionConfig) -> None:
+    label: str
+    text: str
+    classify: bool = True  # False: patterns only (a long join would cost many windows)
+
+
+class InjectionDetector:
+    """Blocks texts that match a known injection pattern or that the classifier scores at
+    or above its threshold, in plain or obfuscated form.
+
+    Without `embed` only the patterns run. `classifier` defaults to the shipped weights.
+    """
+
+    def __init__(
+        self,
+        config: InjectionConfig,
+        embed: Embedder | None = None,
+        classifier: InjectionClassifier | None = None,
+    ) -> None:
         self._config = config
         named = list(BUILTIN_PATTERNS)
         named += [(f"extra_{i}", pattern) for i, pattern in enumerate(config.extra_patterns)]
         self._patterns = [(name, re.compile(rx, re.IGNORECASE)) for name, rx in named]
+        self._embed = embed if config.classifier else None
+        if self._embed is not None and classifier is None:
+            classifier = InjectionClassifier.load()
+        self._classifier = classifier if self._embed is not None else None
+        default_threshold = classifier.threshold if classifier is not None else 0.5
+        self._threshold: float = (
+            config.classifier_threshold
+            if config.classifier_threshold is not None
+            else default_threshold
+        )
 
-    def check(self, texts: Sequence[str]) -> Verdict:
-        """Check each text and, for injections split across turns, all texts joined."""
+    @property
+    def config(self) -> InjectionConfig:
+        return self._config
+
+    @property
+    def uses_classifier(self) -> bool:
+        return self._classifier is not None
+
+    def check(self, texts: Sequence[str], roles: Sequence[str] | None = None) -> Verdict:
+        """Check each text and, for injections split across turns, the texts joined.
+
+        `roles` (one per text, e.g. "system", "user", "tool") only label the evidence:
+        system and tool messages are checked like user messages.
+        """
         mode = self._config.mode
         if not self._config.enabled:
             return Verdict(CHECK_NAME, "allow", 0.0, ("disabled",), mode)
-        candidates = list(texts)
-        if len(candidates) > 1:
-            candidates.append(" ".join(candidates))
-        evidence: dict[str, str] = {}
-        for text in candidates:
-            for variant in decoded_variants(text):
-                for name, pattern in self._patterns:
-                    match = pattern.search(variant)
-                    if match and name not in evidence:
-                        evidence[name] = f"{name}: {match.group()[:_SNIPPET_CHARS]}"
-        if not evidence:
-            return Verdict(CHECK_NAME, "allow", 0.0, (), mode)
-        return Verdict(CHECK_NAME, "block", 1.0, tuple(evidence.values()), mode)
+        try:
+            return self._check(list(texts), roles)
+        except Exception as exc:  # any failure must fail closed, not crash
+            return failed_check(CHECK_NAME, mode, self._config.fail_closed, exc)
+
+    def scan_untrusted(self, texts: Sequence[str]) -> list[Verdict]:
+        """One verdict per retrieved chunk or tool result (check "indirect_injection"),
+        each judged on its own, with one embedding batch for all of them."""
+        mode = self._config.mode
+        if not self._config.enabled:
+            return [Verdict(INDIRECT_CHECK_NAME, "allow", 0.0, ("disabled",), mode) for _ in texts]
+        try:
+            candidates = [[_Candidate(f"chunk {i}", t)] for i, t in enumerate(texts)]
+            return self._judge(candidates, INDIRECT_CHECK_NAME)
+        except Exception as exc:  # any failure must fail closed, not crash
+            verdict = failed_check(INDIRECT_CHECK_NAME, mode, self._config.fail_closed, exc)
+            return [verdict for _ in texts]
+
+    def _check(self, texts: list[str], roles: Sequence[str] | None) -> Verdict:
+        labels = [
+            f"message {i}" + (f" ({roles[i]})" if roles is not None and i < len(roles) else "")
+            for i in range(len(texts))
+        ]
+        candidates = [_Candidate(label, text) for label, text in zip(labels, texts, strict=True)]
+        if len(texts) > 1:
+            joined = " ".join(texts)
+            candidates.append(_Candidate("messages joined", joined, classify=False))
+            recent = " ".join(texts[-_JOINED_TURNS:])
+            if len(recent) <= WINDOW_CHARS:
+                candidates.append(_Candidate("recent messages joined", recent))
+        return self._judge([candidates], CHECK_NAME)[0]
+
+    def _judge(self, groups: list[list[_Candidate]], check: str) -> list[Verdict]:
+        """One verdict per group of candidates: patterns first, then one classifier batch."""
+        mode = self._config.mode
+        evidence: list[dict[str, str]] = [{} for _ in groups]
+        windows: dict[str, list[tuple[int, str]]] = {}  # window -> (group, label) pairs
+        for g, candidates in enumerate(groups):
+            for candidate in candidates:
+                variants = decoded_variants(candidate.text)
+                for v, variant in enumerate(variants):
+                    for name, pattern in self._patterns:
+                        match = pattern.search(variant)
+                        if match and name not in evidence[g] and not _quoted(variant, match):
+                            where = candidate.label + (", decoded" if v else "")
+                            evidence[g][name] = (
+                                f"{name} in {where}: {match.group()[:_SNIPPET_CHARS]}"
+                            )
+                    if self._classifier is not None and candidate.classify:
+                        for window in text_windows(variant):
+                            where = candidate.label + (", decoded" if v else "")
+                            windows.setdefault(window, []).append((g, where))
+        # A pattern match is certain (score 1); otherwise the best classifier probability.
+        scores = [1.0 if ev else 0.0 for ev in evidence]
+        if windows:
+            probabilities = self._classify(list(windows))
+            for owners, p in zip(windows.values(), probabilities, strict=True):
+                for g, where in owners:
+                    scores[g] = max(scores[g], p)
+                    if p >= self._threshold and "classifier" not in evidence[g]:
+                        evidence[g]["classifier"] = f"classifier p={p:.2f} in {where}"
+        return [
+            Verdict(check, "block" if ev else "allow", round(score, 4), tuple(ev.values()), mode)
+            for ev, score in zip(evidence, scores, strict=True)
+        ]
+
+    def _classify(self, windows: list[str]) -> list[float]:
+        if self._embed is None or self._classifier is None:
+            raise RuntimeError("classifier called without an embedder")
+        vectors = np.asarray(self._embed(windows), dtype=np.float32)
+        return [float(p) for p in self._classifier.probabilities(vectors)]
+
+
+# A quoted span: opening quote not preceded by a word character, closing quote not
+# followed by one (so apostrophes in "don't" do not open or close a quotation).
+_QUOTED_SPAN = re.compile(
+    '(?<!\\w)["\'`\u201c\u2018\u00ab]([^"`\u201c\u201d\u00ab\u00bb\\n]{3,300}?)'
+    "[\"'`\u201d\u2019\u00bb](?!\\w)"
+)
+
+
+def _quoted(text: str, match: re.Match[str]) -> bool:
+    """True when the match lies inside a quotation ('why do "ignore previous instructions"
+    attacks work?'): a mention, left to the classifier, not an instruction."""
+    return any(
+        q.start(1) <= match.start() and match.end() <= q.end(1) for q in _QUOTED_SPAN.finditer(text)
+    )

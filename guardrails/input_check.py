@@ -1,9 +1,9 @@
-"""The input pipeline: injection, then PII redaction, then the topic allow-list."""
+"""The input pipeline: injection, then PII actions, then the topic allow- and deny-lists."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from guardrails.injection import InjectionDetector
 from guardrails.pii import PiiRedactor
@@ -13,13 +13,15 @@ from guardrails.verdict import Verdict
 
 @dataclass(slots=True)
 class InputCheckResult:
-    """Texts to forward, every verdict in order, the first blocking one, and the
-    placeholder -> original map of the redaction."""
+    """Texts to forward, every verdict in order, the first blocking one, the
+    placeholder -> original map of the redaction, and the part of it the answer may have
+    restored (pseudonymised entities; pass it to `OutputGuardrails`)."""
 
     texts: list[str]
     verdicts: list[Verdict]
     blocking: Verdict | None
     placeholders: dict[str, str]
+    restorable: dict[str, str] = field(default_factory=dict)
 
 
 class InputGuardrails:
@@ -32,25 +34,31 @@ class InputGuardrails:
         self._pii = pii
         self._topics = topics
 
-    def check(self, texts: Sequence[str], topic_text: str) -> InputCheckResult:
-        """Check a request's texts; `topic_text` (the last user message) is topic-checked
-        after redaction, so no raw PII reaches the embedder or the audit record."""
-        injection = self._injection.check(texts)
+    def check(
+        self, texts: Sequence[str], topic_text: str, roles: Sequence[str] | None = None
+    ) -> InputCheckResult:
+        """Check a request's texts (every message, system and tool ones included; `roles`
+        labels them in the evidence). `topic_text` (the last user message) is
+        topic-checked after redaction, so no raw PII reaches the embedder or the audit
+        record."""
+        injection = self._injection.check(texts, roles)
         verdicts = [injection]
         if injection.blocks:
             return InputCheckResult(list(texts), verdicts, injection, {})
 
         pii = self._pii.check_detailed(texts)
         verdicts.append(pii.verdict)
+        if pii.verdict.blocks:
+            return InputCheckResult(list(texts), verdicts, pii.verdict, {})
         if self._topics is None:
-            return InputCheckResult(pii.texts, verdicts, None, pii.placeholders)
+            return InputCheckResult(pii.texts, verdicts, None, pii.placeholders, pii.restorable)
 
         topic = self._topics.check(
             self._redacted_topic_text(texts, pii.texts, topic_text, pii.placeholders)
         )
         verdicts.append(topic)
         blocking = topic if topic.blocks else None
-        return InputCheckResult(pii.texts, verdicts, blocking, pii.placeholders)
+        return InputCheckResult(pii.texts, verdicts, blocking, pii.placeholders, pii.restorable)
 
     def _redacted_topic_text(
         self,

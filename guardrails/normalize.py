@@ -1,4 +1,4 @@
-"""Canonical text for pattern checks: undo the usual obfuscations before matching.
+"""Canonical text for injection checks: undo the usual obfuscations before matching.
 
 The output is for detection only; it is never shown to the model or the user.
 """
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import codecs
 import re
 import unicodedata
 
@@ -47,7 +48,53 @@ _HOMOGLYPHS = str.maketrans({ch: latin for latin, chars in _CONFUSABLES.items() 
 
 _WHITESPACE = re.compile(r"\s+")
 _BASE64_RUN = re.compile(r"[A-Za-z0-9+/_-]{16,}={0,2}")
+_HEX_RUN = re.compile(r"\b(?:[0-9a-fA-F]{2}[ :]?){8,}")
 _MIN_PRINTABLE_RATIO = 0.9
+
+# Leetspeak digits and symbols. A text counts as leetspeak only when some word has a
+# digit between two letters ("y0ur", "pr3v"), so "10am" or "mp3" alone never trigger it; then
+# every short word mixing letters and leet characters is translated.
+_LEET = str.maketrans("0134579@$", "oieastgas")
+_LEET_TRIGGER = re.compile(r"[a-z][0134579]+[a-z]")  # not "@": e-mail addresses have it
+_LEET_WORD = re.compile(r"(?<![\w@$])(?=[a-z0134579@$]*[a-z])[a-z0134579@$]{2,20}(?![\w@$])")
+# Three or more single letters separated by one space, dash, dot or underscore:
+# "i g n o r e", "i-g-n-o-r-e".
+_SPACED_LETTERS = re.compile(r"\b[a-z](?:[ ._-][a-z]\b){2,}")
+# Words that make English recognisable; rot13 is undone only when it finds more of them.
+_COMMON_WORDS = frozenset(
+    [
+        "the",
+        "and",
+        "you",
+        "your",
+        "all",
+        "are",
+        "is",
+        "to",
+        "of",
+        "in",
+        "for",
+        "with",
+        "that",
+        "this",
+        "now",
+        "what",
+        "not",
+        "any",
+        "from",
+        "ignore",
+        "instructions",
+        "previous",
+        "prompt",
+        "system",
+        "rules",
+        "reveal",
+        "tell",
+        "me",
+        "act",
+        "as",
+    ]
+)
 
 
 def normalize(text: str) -> str:
@@ -59,15 +106,30 @@ def normalize(text: str) -> str:
 
 
 def decoded_variants(text: str) -> list[str]:
-    """The normalised text, then the normalised decodings of base64 runs embedded in it."""
-    variants = [normalize(text)]
+    """The normalised text, then every de-obfuscated reading of it, deduplicated.
+
+    Readings: embedded base64 and hex runs decoded, leetspeak undone, spaced-out letters
+    joined, and rot13 undone when that yields more English than the text itself.
+    """
+    base = normalize(text)
+    variants = [base]
+
+    def add(candidate: str | None) -> None:
+        if candidate is not None:
+            candidate = normalize(candidate)
+            if candidate and candidate not in variants:
+                variants.append(candidate)
+
     # Decode from the raw text (minus invisibles): base64 is case-sensitive.
-    for match in _BASE64_RUN.finditer(_INVISIBLE.sub("", text)):
-        decoded = _decode_base64(match.group())
-        if decoded is not None:
-            variant = normalize(decoded)
-            if variant and variant not in variants:
-                variants.append(variant)
+    raw = _INVISIBLE.sub("", unicodedata.normalize("NFKC", text))
+    for match in _BASE64_RUN.finditer(raw):
+        add(_decode_base64(match.group()))
+    for match in _HEX_RUN.finditer(raw):
+        add(_decode_hex(match.group()))
+    add(_unleet(base))
+    # Joined before whitespace is collapsed, so "i g n o r e  a l l" keeps its word gap.
+    add(_join_spaced_letters(raw.translate(_HOMOGLYPHS).lower()))
+    add(_unrot13(base))
     return variants
 
 
@@ -81,7 +143,45 @@ def _decode_base64(run: str) -> str | None:
         decoded = raw.decode("utf-8")
     except (binascii.Error, ValueError):
         return None
-    if not decoded:
+    return decoded if _mostly_printable(decoded) else None
+
+
+def _decode_hex(run: str) -> str | None:
+    digits = re.sub(r"[ :]", "", run)
+    if len(digits) % 2:
+        digits = digits[:-1]
+    try:
+        decoded = bytes.fromhex(digits).decode("utf-8")
+    except ValueError:
         return None
+    return decoded if _mostly_printable(decoded) else None
+
+
+def _mostly_printable(decoded: str) -> bool:
+    if not decoded:
+        return False
     printable = sum(1 for ch in decoded if ch.isprintable() or ch in "\n\r\t")
-    return decoded if printable / len(decoded) >= _MIN_PRINTABLE_RATIO else None
+    return printable / len(decoded) >= _MIN_PRINTABLE_RATIO
+
+
+def _unleet(text: str) -> str | None:
+    if not _LEET_TRIGGER.search(text):
+        return None
+    return _LEET_WORD.sub(lambda m: m.group().translate(_LEET), text)
+
+
+def _join_spaced_letters(text: str) -> str | None:
+    if not _SPACED_LETTERS.search(text):
+        return None
+    return _SPACED_LETTERS.sub(lambda m: re.sub(r"[ ._-]", "", m.group()), text)
+
+
+def _unrot13(text: str) -> str | None:
+    decoded = codecs.encode(text, "rot13")
+    if _english_words(decoded) > max(1, _english_words(text)):
+        return decoded
+    return None
+
+
+def _english_words(text: str) -> int:
+    return sum(1 for word in re.findall(r"[a-z]+", text) if word in _COMMON_WORDS)

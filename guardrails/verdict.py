@@ -28,3 +28,21 @@ class Verdict:
         data = asdict(self)
         data["evidence"] = list(self.evidence)
         return data
+
+
+def failed_check(check: str, mode: CheckMode, fail_closed: bool, exc: Exception) -> Verdict:
+    """The verdict of a check that raised: block when it fails closed, else allow; the
+    evidence names the error so the audit record explains the decision."""
+    policy = "failing closed" if fail_closed else "failing open"
+    evidence = (f"check error ({policy}): {type(exc).__name__}: {exc}"[:300],)
+    if fail_closed:
+        return Verdict(check, "block", 1.0, evidence, mode)
+    return Verdict(check, "allow", 0.0, evidence, mode)
+
+
+@dataclass(frozen=True, slots=True)
+class Filtered:
+    """An output filter's result: the text to release and the verdict behind it."""
+
+    text: str
+    verdict: Verdict

@@ -6,10 +6,12 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from presidio_analyzer import AnalyzerEngine
 
-from guardrails.config import PiiConfig
-from guardrails.pii import PiiRedactor, build_analyzer
+from guardrails.config import CustomRecognizer, PiiConfig
+from guardrails.pii import PiiConfigError, PiiRedactor, build_analyzer, restore
+from guardrails.verdict import CheckMode
 
 TEXT = "Write to john.doe@example.com or call 555 123 4567 today."
 
@@ -45,7 +47,7 @@ def test_check_shares_numbering_across_texts(redactor: PiiRedactor) -> None:
     assert texts == ["mail <EMAIL_ADDRESS_1>", "or <EMAIL_ADDRESS_2> or <EMAIL_ADDRESS_1>"]
     assert verdict.action == "redact"
     assert verdict.check == "pii"
-    assert verdict.evidence == ("EMAIL_ADDRESS x3",)
+    assert verdict.evidence == ("EMAIL_ADDRESS x3: redact",)
     assert verdict.score == 1.0
 
 
@@ -129,3 +131,93 @@ def test_build_and_analyze_without_network(tmp_path: Path) -> None:
     lines = proc.stdout.strip().splitlines()
     assert lines[-2] == "mail <EMAIL_ADDRESS_1> now"
     assert lines[-1] == "attempts: []"
+
+
+def test_block_action_blocks_and_names_the_entity(analyzer: AnalyzerEngine) -> None:
+    config = PiiConfig(actions={"US_SSN": "block"})
+    check = PiiRedactor(analyzer, config).check_detailed(["my ssn is 536-22-1234, mail a@b.com"])
+    assert check.verdict.action == "block"
+    assert check.verdict.blocks
+    assert "US_SSN x1: block" in check.verdict.evidence
+    assert "536-22-1234" not in " ".join(check.verdict.evidence)
+
+
+def test_allow_action_leaves_the_value(analyzer: AnalyzerEngine) -> None:
+    config = PiiConfig(actions={"EMAIL_ADDRESS": "allow"})
+    texts, verdict = PiiRedactor(analyzer, config).check(["write to a@example.com"])
+    assert texts == ["write to a@example.com"]
+    assert verdict.action == "allow"
+    assert verdict.evidence == ("EMAIL_ADDRESS x1: allow",)
+
+
+def test_pseudonymized_values_are_restorable_redacted_ones_are_not(
+    analyzer: AnalyzerEngine,
+) -> None:
+    config = PiiConfig(actions={"EMAIL_ADDRESS": "pseudonymize"})
+    check = PiiRedactor(analyzer, config).check_detailed(
+        ["mail a@example.com about card 4111 1111 1111 1111"]
+    )
+    assert check.texts == ["mail <EMAIL_ADDRESS_1> about card <CREDIT_CARD_1>"]
+    assert check.restorable == {"<EMAIL_ADDRESS_1>": "a@example.com"}
+    answer = "I wrote to <EMAIL_ADDRESS_1> about <CREDIT_CARD_1>."
+    assert restore(answer, check.restorable) == "I wrote to a@example.com about <CREDIT_CARD_1>."
+
+
+def test_custom_recognizer_with_context(analyzer: AnalyzerEngine) -> None:
+    employee = CustomRecognizer(
+        entity="EMPLOYEE_ID", patterns=[r"\bE-\d{6}\b"], context=["employee"], score=0.3
+    )
+    redactor = PiiRedactor(analyzer, PiiConfig(custom_recognizers=[employee]))
+    assert redactor.redact("employee number E-123456 asked").text == (
+        "employee number <EMPLOYEE_ID_1> asked"
+    )
+    # Below the 0.4 threshold without a context word nearby.
+    assert redactor.redact("part E-123456 is in stock").text == "part E-123456 is in stock"
+
+
+def test_invalid_custom_recognizer_is_rejected() -> None:
+    with pytest.raises(ValueError, match="UPPER_SNAKE_CASE"):
+        CustomRecognizer(entity="employee id", patterns=[r"\d+"])
+    with pytest.raises(ValueError, match="not a valid regex"):
+        CustomRecognizer(entity="EMPLOYEE_ID", patterns=["(unclosed"])
+
+
+def test_countries_select_country_recognizers() -> None:
+    uk = build_analyzer(["uk"])
+    config = PiiConfig(entities=["UK_NHS"], countries=["uk"])
+    assert PiiRedactor(uk, config).analyze("NHS number 943 476 5919")
+    with pytest.raises(PiiConfigError, match="UK_NHS"):
+        PiiRedactor(build_analyzer(), config)
+
+
+@pytest.mark.parametrize("mode", ["warn", "dryrun"])
+def test_non_enforce_modes_do_not_change_text(analyzer: AnalyzerEngine, mode: CheckMode) -> None:
+    config = PiiConfig(mode=mode, actions={"US_SSN": "block"})
+    texts, verdict = PiiRedactor(analyzer, config).check(["ssn 536-22-1234"])
+    assert texts == ["ssn 536-22-1234"]
+    assert verdict.action == "block"
+    assert not verdict.blocks
+
+
+def test_error_inside_the_check_fails_closed(analyzer: AnalyzerEngine) -> None:
+    redactor = PiiRedactor(analyzer, PiiConfig())
+    redactor.analyze = _raise  # type: ignore[method-assign]
+    check = redactor.check_detailed(["hello"])
+    assert check.verdict.blocks
+    assert "check error" in check.verdict.evidence[0]
+    open_redactor = PiiRedactor(analyzer, PiiConfig(fail_closed=False))
+    open_redactor.analyze = _raise  # type: ignore[method-assign]
+    assert open_redactor.check_detailed(["hello"]).verdict.action == "allow"
+
+
+def _raise(text: str) -> list[object]:
+    raise RuntimeError("analyzer exploded")
+
+
+def test_formats_presidio_misses_are_caught(redactor: PiiRedactor) -> None:
+    assert redactor.redact("Card 2223 0031 2200 3222 was declined.").text == (
+        "Card <CREDIT_CARD_1> was declined."
+    )
+    assert redactor.redact("Phone: +1-933-663-3875x004").text == "Phone: <PHONE_NUMBER_1>"
+    # A 2-series number failing the Luhn check is not a card.
+    assert redactor.redact("Ref 2223 0031 2200 3223").text == "Ref 2223 0031 2200 3223"

@@ -124,3 +124,34 @@ def test_tool_prompt_lists_tools_and_format() -> None:
     assert "<tool_call>" in prompt and "</tool_call>" in prompt
     tools_block = prompt.split("<tools>\n")[1].split("\n</tools>")[0]
     assert json.loads(tools_block)["function"]["parameters"] == WEATHER.parameters
+
+
+BAD_ARGUMENTS = [
+    {},
+    {"city": 7},
+    {"city": None},
+    {"city": ["Oslo"]},
+    {"city": "Oslo", "days": 0},
+    {"city": "Oslo", "days": "3"},
+    {"city": "Oslo", "days": 2.5},
+    {"city": "Oslo", "unit": "celsius"},
+    {"town": "Oslo"},
+]
+
+
+@pytest.mark.parametrize("arguments", BAD_ARGUMENTS)
+@pytest.mark.parametrize("name", ["get_weather", "get_wether", "delete_all_records", ""])
+def test_schema_breaking_or_undeclared_calls_are_never_valid(
+    name: str, arguments: dict[str, object]
+) -> None:
+    text = f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+    calls = extract_tool_calls(text)
+    assert calls is not None
+    check = validate_tool_calls(calls, TOOLS, "enforce")
+    assert check.verdict.blocks and check.errors
+
+
+@pytest.mark.parametrize("name", ["get_wether", "delete_all_records"])
+def test_undeclared_tool_with_valid_looking_arguments_is_blocked(name: str) -> None:
+    calls = [ParsedToolCall(name, '{"city": "Oslo"}', {"city": "Oslo"}, None)]
+    assert validate_tool_calls(calls, TOOLS, "enforce").verdict.blocks

@@ -62,3 +62,39 @@ def test_disabled_or_empty_allows(embedder: Embedder) -> None:
 def test_threshold_out_of_range_is_rejected() -> None:
     with pytest.raises(ValueError):
         TopicConfig(threshold=1.5)
+
+
+DENIED = [
+    Topic(
+        name="legal-advice",
+        description="Legal advice: lawsuits, suing someone, contracts disputes and court cases",
+        examples=["Can I sue my landlord?", "How do I win a court case against my employer?"],
+    )
+]
+
+
+def test_denied_topic_blocks_even_without_allow_list(embedder: Embedder) -> None:
+    matcher = TopicMatcher(embedder, TopicConfig(enabled=True, denied=DENIED, deny_threshold=0.45))
+    verdict = matcher.check("Should I sue my landlord over the deposit?")
+    assert verdict.action == "block"
+    assert "denied topic legal-advice" in verdict.evidence[0]
+    assert matcher.check("How do I reset my VPN password?").action == "allow"
+
+
+def test_deny_list_wins_over_allow_list(embedder: Embedder) -> None:
+    config = TopicConfig(enabled=True, allowed=TOPICS, denied=DENIED, deny_threshold=0.45)
+    matcher = TopicMatcher(embedder, config)
+    assert matcher.check("Can I sue my employer for unpaid vacation days?").action == "block"
+    assert matcher.check("How many vacation days do I have left this year?").action == "allow"
+
+
+def test_topic_error_fails_closed() -> None:
+    def broken(texts: list[str]) -> np.ndarray:
+        if texts == ["boom"]:
+            raise RuntimeError("embedder down")
+        return np.ones((len(texts), 4), dtype=np.float32) / 2
+
+    matcher = TopicMatcher(broken, TopicConfig(enabled=True, allowed=TOPICS))
+    verdict = matcher.check("boom")
+    assert verdict.blocks
+    assert "embedder down" in verdict.evidence[0]

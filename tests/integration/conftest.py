@@ -122,7 +122,7 @@ def live_server(
         embedder=embedder,
         store=store,
         analyzer=analyzer,
-        policies=open_policies(settings, analyzer, embedder, audit),
+        policies=open_policies(settings, embedder, audit),
         audit=audit,
         limiter=InMemoryRateLimiter(),
     )

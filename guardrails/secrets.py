@@ -1,0 +1,118 @@
+"""Credentials in model output: API keys, tokens, private keys, connection-string passwords.
+
+Each match is replaced by a typed marker such as `<SECRET:aws_access_key>`. Where only
+part of a match is secret (the password in `postgres://app:hunter2@db`), only that group
+is replaced, so the answer stays readable.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from guardrails.config import SecretsConfig
+from guardrails.verdict import Action, Filtered, Verdict, failed_check
+
+CHECK_NAME = "secrets"
+
+
+@dataclass(frozen=True, slots=True)
+class SecretPattern:
+    """A named regex; with `group` set, only that group is the secret."""
+
+    name: str
+    regex: re.Pattern[str]
+    group: int = 0
+
+
+def _p(name: str, regex: str, group: int = 0, flags: int = 0) -> SecretPattern:
+    return SecretPattern(name, re.compile(regex, flags), group)
+
+
+BUILTIN_SECRETS: tuple[SecretPattern, ...] = (
+    # A whole block, or from BEGIN to the end of the text while the END line is still
+    # being streamed; body lines released before the header are caught by key_material.
+    _p(
+        "private_key",
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
+        r"(?:.*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|.*\Z)",
+        flags=re.DOTALL,
+    ),
+    _p("key_material", r"^[A-Za-z0-9+/]{60,}={0,2}$", flags=re.MULTILINE),
+    _p("openai_key", r"\bsk-(?:proj-|svcacct-|admin-|ant-)?[A-Za-z0-9_-]{20,}"),
+    _p("aws_access_key", r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b"),
+    _p(
+        "aws_secret_key",
+        r"aws_?secret_?(?:access_?)?key\W{0,4}[:=]\s*[\"']?([A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
+        group=1,
+        flags=re.IGNORECASE,
+    ),
+    _p("github_token", r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})"),
+    _p("gitlab_token", r"\bglpat-[A-Za-z0-9_-]{20,}"),
+    _p("slack_token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}"),
+    _p("google_api_key", r"\bAIza[0-9A-Za-z_-]{35}"),
+    _p("stripe_key", r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}"),
+    _p("jwt", r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+    _p(
+        "connection_string_password",
+        r"\b[a-z][a-z0-9+.-]*://[^\s:/@]+:([^\s@/]+)@",
+        group=1,
+        flags=re.IGNORECASE,
+    ),
+    _p(
+        "password_assignment",
+        r"\b(?:password|passwd|pwd|secret|api[_-]?key|access[_-]?token|auth[_-]?token)"
+        r"[\"']?\s*[:=]\s*[\"']?([^\s\"',;<>]{6,})",
+        group=1,
+        flags=re.IGNORECASE,
+    ),
+)
+
+
+class SecretsFilter:
+    """Finds and (in enforce mode) masks secrets in a text."""
+
+    def __init__(self, config: SecretsConfig) -> None:
+        self._config = config
+        extra = [_p(f"extra_{i}", rx) for i, rx in enumerate(config.extra_patterns)]
+        self._patterns = [*BUILTIN_SECRETS, *extra]
+
+    def filter(self, text: str) -> Filtered:
+        mode = self._config.mode
+        if not self._config.enabled:
+            return Filtered(text, Verdict(CHECK_NAME, "allow", 0.0, ("disabled",), mode))
+        try:
+            return self._filter(text)
+        except Exception as exc:  # any failure must fail closed, not crash
+            verdict = failed_check(CHECK_NAME, mode, self._config.fail_closed, exc)
+            withheld = verdict.action == "block" and mode == "enforce"
+            return Filtered(
+                "[answer withheld: secrets check failed]" if withheld else text, verdict
+            )
+
+    def redact(self, text: str) -> str:
+        return self.filter(text).text
+
+    def _filter(self, text: str) -> Filtered:
+        mode = self._config.mode
+        spans: list[tuple[int, int, str]] = []
+        for pattern in self._patterns:
+            for match in pattern.regex.finditer(text):
+                start, end = match.span(pattern.group)
+                if start < end and all(end <= s or start >= e for s, e, _ in spans):
+                    spans.append((start, end, pattern.name))
+        if not spans:
+            return Filtered(text, Verdict(CHECK_NAME, "allow", 0.0, (), mode))
+        spans.sort()
+        names = sorted({name for _, _, name in spans})
+        evidence = tuple(f"{name} x{sum(1 for *_, n in spans if n == name)}" for name in names)
+        action: Action = "redact" if mode == "enforce" else "flag"
+        verdict = Verdict(CHECK_NAME, action, 1.0, evidence, mode)
+        if mode != "enforce":
+            return Filtered(text, verdict)
+        parts, cursor = [], 0
+        for start, end, name in spans:
+            parts += [text[cursor:start], f"<SECRET:{name}>"]
+            cursor = end
+        parts.append(text[cursor:])
+        return Filtered("".join(parts), verdict)
