@@ -34,7 +34,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     purge = actions.add_parser(
         "purge", help="delete records older than DAYS from the head of the chain"
     )
-    purge.add_argument("--older-than", type=_days, required=True, metavar="DAYS")
+    purge.add_argument(
+        "--older-than",
+        type=_days,
+        metavar="DAYS",
+        help="default: the longest audit.retention_days of the policies in BASTION_POLICY_DIR",
+    )
     add_data_dir(purge)
     purge.set_defaults(run=run_purge)
     erase = actions.add_parser(
@@ -63,6 +68,21 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
             sub.add_argument("--format", choices=["jsonl", "csv"], default="jsonl")
         add_data_dir(sub)
         sub.set_defaults(run=runner)
+
+
+def _policy_retention_days(settings: Settings) -> int:
+    """The longest retention any policy asks for: a shared log keeps what any tenant needs."""
+    from gateway.policy import PolicyError, load_policy
+
+    days = []
+    for path in sorted(settings.policy_dir.glob("*.yaml")):
+        try:
+            days.append(load_policy(path).policy.audit.retention_days)
+        except PolicyError as exc:
+            raise ValueError(f"cannot read the retention of {path}: {exc}") from exc
+    if not days:
+        raise ValueError(f"no policy in {settings.policy_dir}: give --older-than DAYS")
+    return max(days)
 
 
 def _days(value: str) -> int:
@@ -128,7 +148,8 @@ def run_export(settings: Settings, args: argparse.Namespace) -> int:
 def run_purge(settings: Settings, args: argparse.Namespace) -> int:
     """Prints the signed checkpoint of the new head: keep it outside the database."""
     sessions = _sessions(settings)
-    cutoff = utc_now() - timedelta(days=args.older_than)
+    days = args.older_than if args.older_than is not None else _policy_retention_days(settings)
+    cutoff = utc_now() - timedelta(days=days)
     try:
         result = purge_before(sessions, cutoff, load_signing_key(settings.data_dir), _actor())
     except AuditRetentionError as exc:

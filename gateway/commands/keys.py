@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from gateway.commands._common import add_data_dir, record_admin_action
 from gateway.keys import ROLES, create_key, list_keys, revoke_key, rotate_key
+from gateway.models import utc_now
 from gateway.settings import Settings
 
 
@@ -17,6 +18,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     create = actions.add_parser("create", help="create a key and print it once")
     create.add_argument("--tenant", required=True)
     create.add_argument("--role", required=True, choices=ROLES)
+    create.add_argument("--expires-in-days", type=int, metavar="DAYS", help="default: never")
+    create.add_argument("--requests-per-minute", type=int, help="this key's own request limit")
+    create.add_argument("--tokens-per-minute", type=int, help="this key's own token budget")
     add_data_dir(create)
     create.set_defaults(run=run_create)
     listing = actions.add_parser("list", help="list keys (never their secrets)")
@@ -40,7 +44,19 @@ def run_create(settings: Settings, args: argparse.Namespace) -> int:
     from gateway.services import open_database
 
     sessions = open_database(settings)
-    secret, identity = create_key(sessions, args.tenant, args.role)
+    expires_at = None
+    if args.expires_in_days is not None:
+        if args.expires_in_days < 1:
+            raise ValueError("--expires-in-days must be at least 1")
+        expires_at = utc_now() + timedelta(days=args.expires_in_days)
+    secret, identity = create_key(
+        sessions,
+        args.tenant,
+        args.role,
+        expires_at=expires_at,
+        requests_per_minute=args.requests_per_minute,
+        tokens_per_minute=args.tokens_per_minute,
+    )
     record_admin_action(
         sessions, "admin.key_created", identity.tenant, key=identity.key_id, role=identity.role
     )

@@ -6,6 +6,7 @@ import json
 import os
 import stat
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,23 @@ def test_erase_makes_the_subjects_text_unreadable(
         ("audit.erasure", None),
     ]
     assert main(["audit", "verify"]) == 0
+
+
+def test_purge_defaults_to_the_longest_policy_retention(
+    data_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "a.yaml").write_text("name: a\naudit:\n  retention_days: 30\n")
+    (policies / "b.yaml").write_text("name: b\naudit:\n  retention_days: 400\n")
+    monkeypatch.setenv("BASTION_POLICY_DIR", str(policies))
+    log = AuditLog(open_database(Settings(data_dir=data_dir)))
+    log.record(AuditEntry(request_id="r", endpoint="/x", outcome="ok", status_code=200))
+    assert main(["audit", "purge"]) == 0
+    err = capsys.readouterr().err
+    assert "nothing to purge" in err
+    cutoff = datetime.fromisoformat(err.rsplit("older than ", 1)[1].strip())
+    assert 399 <= (datetime.now(UTC) - cutoff).days <= 400

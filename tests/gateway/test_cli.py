@@ -89,3 +89,26 @@ def test_audit_verify_and_checkpoint(
     assert capsys.readouterr().out.startswith("OK: 1 records")
     assert main(["audit", "export", "--format", "csv"]) == 0
     assert capsys.readouterr().out.splitlines()[0].startswith("id,seq,prev_hash")
+
+
+def test_keys_create_with_expiry_and_limits(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [
+        "keys",
+        "create",
+        "--tenant",
+        "acme",
+        "--role",
+        "user",
+        "--expires-in-days",
+        "7",
+        "--requests-per-minute",
+        "12",
+    ]
+    assert main(args) == 0
+    secret = capsys.readouterr().out.strip()
+    identity = authenticate(open_database(Settings(data_dir=data_dir)), secret)
+    assert identity is not None and identity.requests_per_minute == 12
+    bad = ["keys", "create", "--tenant", "acme", "--role", "user", "--requests-per-minute", "0"]
+    assert main(bad) == 2
