@@ -44,24 +44,22 @@ def run_check(_: Settings, args: argparse.Namespace) -> int:
 
 
 def run_schema(_: Settings, args: argparse.Namespace) -> int:
-    text = json.dumps(policy_json_schema(), indent=2) + "\n"
-    if args.output is None:
-        sys.stdout.write(text)
-    else:
-        args.output.write_text(text)
-        print(f"wrote {args.output}", file=sys.stderr)
-    return 0
+    return _write(json.dumps(policy_json_schema(), indent=2) + "\n", args.output)
 
 
 def run_docs(_: Settings, args: argparse.Namespace) -> int:
     from gateway.policy_docs import render_policy_reference
 
-    text = render_policy_reference()
-    if args.output is None:
+    return _write(render_policy_reference(), args.output)
+
+
+def _write(text: str, output: Path | None) -> int:
+    """To `output` when given, else to stdout."""
+    if output is None:
         sys.stdout.write(text)
     else:
-        args.output.write_text(text)
-        print(f"wrote {args.output}", file=sys.stderr)
+        output.write_text(text)
+        print(f"wrote {output}", file=sys.stderr)
     return 0
 
 
