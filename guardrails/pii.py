@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+import logging
 import re
 import types
 from collections import Counter
@@ -154,6 +155,8 @@ def _supplementary_recognizers() -> list[PatternRecognizer]:
 def build_analyzer(countries: Sequence[str] = RECOGNIZER_COUNTRIES) -> AnalyzerEngine:
     """The analyzer with generic recognizers plus those of `countries` (e.g. a policy's
     `pii.countries`); built once per set of countries."""
+    # presidio logs the text around each finding at DEBUG: never let that reach a log.
+    logging.getLogger("presidio-analyzer").setLevel(logging.WARNING)
     return _build_analyzer(tuple(sorted({c.lower() for c in countries})))
 
 
