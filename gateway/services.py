@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
-from presidio_analyzer import AnalyzerEngine
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -55,7 +54,6 @@ class Services:
     engine: Engine
     embedder: Embedder
     store: DocumentStore
-    analyzer: AnalyzerEngine
     policies: PolicyRegistry[PolicyRuntime]
     audit: AuditLog
     limiter: RateLimiter
@@ -129,7 +127,6 @@ def load_services(settings: Settings) -> Services:
         source or default_model_source(), device=settings.device, kv_cache_mb=settings.kv_cache_mb
     )
     embedder = Embedder.load()
-    analyzer = build_analyzer()
     store = DocumentStore(sessions, embedder, settings.index_dir)
     if settings.sample_corpus is not None:
         ingest_sample_corpus(settings, sessions, store, settings.sample_corpus)
@@ -140,7 +137,6 @@ def load_services(settings: Settings) -> Services:
         engine=engine,
         embedder=embedder,
         store=store,
-        analyzer=analyzer,
         policies=open_policies(settings, embedder, audit),
         audit=audit,
         limiter=make_rate_limiter(settings.redis_url),

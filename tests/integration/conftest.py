@@ -29,7 +29,6 @@ from gateway.services import (
     open_policies,
 )
 from gateway.settings import REPO_ROOT, Settings
-from guardrails import build_analyzer
 from retrieval import DocumentStore, Embedder
 
 
@@ -109,7 +108,6 @@ def live_server(
     )
     sessions = open_database(settings)
     embedder = Embedder.load()
-    analyzer = build_analyzer()
     store = DocumentStore(sessions, embedder, settings.index_dir)
     assert settings.sample_corpus is not None
     ingest_sample_corpus(settings, sessions, store, settings.sample_corpus)
@@ -121,7 +119,6 @@ def live_server(
         engine=engine,
         embedder=embedder,
         store=store,
-        analyzer=analyzer,
         policies=open_policies(settings, embedder, audit),
         audit=audit,
         limiter=InMemoryRateLimiter(),
