@@ -13,7 +13,7 @@ import re
 import secrets
 
 from guardrails.config import LeakConfig
-from guardrails.verdict import Filtered, Verdict, failed_check
+from guardrails.verdict import Filtered, Verdict, run_output_filter
 
 CHECK_NAME = "prompt_leak"
 CANARY_MARKER = "<CANARY>"
@@ -42,15 +42,10 @@ class LeakDetector:
             self._ngrams = {tuple(words[i : i + self._n]) for i in range(len(words) - self._n + 1)}
 
     def filter(self, text: str) -> Filtered:
-        mode = self._config.mode
-        if not self._config.enabled:
-            return Filtered(text, Verdict(CHECK_NAME, "allow", 0.0, ("disabled",), mode))
-        try:
-            return self._filter(text)
-        except Exception as exc:  # any failure must fail closed, not crash
-            verdict = failed_check(CHECK_NAME, mode, self._config.fail_closed, exc)
-            withheld = verdict.action == "block" and mode == "enforce"
-            return Filtered("[answer withheld: leak check failed]" if withheld else text, verdict)
+        config = self._config
+        return run_output_filter(
+            CHECK_NAME, config.mode, config.enabled, config.fail_closed, text, self._filter
+        )
 
     def redact(self, text: str) -> str:
         return self.filter(text).text

@@ -14,7 +14,7 @@ from guardrails.leaks import LeakDetector
 from guardrails.pii import CHECK_NAME as PII_CHECK_NAME
 from guardrails.pii import PiiRedactor, restore
 from guardrails.secrets import SecretsFilter
-from guardrails.verdict import Action, Filtered, Verdict, failed_check
+from guardrails.verdict import Action, Filtered, Verdict, run_output_filter
 
 
 @dataclass(slots=True)
@@ -74,25 +74,20 @@ class OutputGuardrails:
     @staticmethod
     def _filter_pii(pii: PiiRedactor, text: str, known: dict[str, str] | None) -> Filtered:
         config = pii.config
-        if not config.enabled:
-            return Filtered(text, Verdict(PII_CHECK_NAME, "allow", 0.0, ("disabled",), config.mode))
-        try:
+
+        def run(text: str) -> Filtered:
             redacted = pii.redact(text, known=known)
-        except Exception as exc:  # any failure must fail closed, not crash
-            verdict = failed_check(PII_CHECK_NAME, config.mode, config.fail_closed, exc)
-            if verdict.action == "block" and config.mode == "enforce":
-                return Filtered("[answer withheld: PII check failed]", verdict)
-            return Filtered(text, verdict)
-        if not redacted.findings:
-            return Filtered(text, Verdict(PII_CHECK_NAME, "allow", 0.0, (), config.mode))
-        entities = sorted({f.entity_type for f in redacted.findings})
-        score = max(f.score for f in redacted.findings)
-        if config.mode != "enforce":
+            if not redacted.findings:
+                return Filtered(text, Verdict(PII_CHECK_NAME, "allow", 0.0, (), config.mode))
+            entities = tuple(sorted({f.entity_type for f in redacted.findings}))
+            score = max(f.score for f in redacted.findings)
+            if config.mode != "enforce":
+                return Filtered(text, Verdict(PII_CHECK_NAME, "flag", score, entities, config.mode))
+            action: Action = "redact" if redacted.text != text else "allow"
             return Filtered(
-                text, Verdict(PII_CHECK_NAME, "flag", score, tuple(entities), config.mode)
+                redacted.text, Verdict(PII_CHECK_NAME, action, score, entities, config.mode)
             )
-        changed = redacted.text != text
-        action: Action = "redact" if changed else "allow"
-        return Filtered(
-            redacted.text, Verdict(PII_CHECK_NAME, action, score, tuple(entities), config.mode)
+
+        return run_output_filter(
+            PII_CHECK_NAME, config.mode, config.enabled, config.fail_closed, text, run
         )

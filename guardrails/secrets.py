@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from guardrails.config import SecretsConfig
-from guardrails.verdict import Action, Filtered, Verdict, failed_check
+from guardrails.verdict import Action, Filtered, Verdict, run_output_filter
 
 CHECK_NAME = "secrets"
 
@@ -78,17 +78,10 @@ class SecretsFilter:
         self._patterns = [*BUILTIN_SECRETS, *extra]
 
     def filter(self, text: str) -> Filtered:
-        mode = self._config.mode
-        if not self._config.enabled:
-            return Filtered(text, Verdict(CHECK_NAME, "allow", 0.0, ("disabled",), mode))
-        try:
-            return self._filter(text)
-        except Exception as exc:  # any failure must fail closed, not crash
-            verdict = failed_check(CHECK_NAME, mode, self._config.fail_closed, exc)
-            withheld = verdict.action == "block" and mode == "enforce"
-            return Filtered(
-                "[answer withheld: secrets check failed]" if withheld else text, verdict
-            )
+        config = self._config
+        return run_output_filter(
+            CHECK_NAME, config.mode, config.enabled, config.fail_closed, text, self._filter
+        )
 
     def redact(self, text: str) -> str:
         return self.filter(text).text

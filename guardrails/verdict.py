@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -46,3 +47,23 @@ class Filtered:
 
     text: str
     verdict: Verdict
+
+
+def run_output_filter(
+    check: str,
+    mode: CheckMode,
+    enabled: bool,
+    fail_closed: bool,
+    text: str,
+    run: Callable[[str], Filtered],
+) -> Filtered:
+    """Run one output filter with the rules every filter shares: off means allow, and an
+    error fails closed (the answer is withheld in enforce mode) or open, as configured."""
+    if not enabled:
+        return Filtered(text, Verdict(check, "allow", 0.0, ("disabled",), mode))
+    try:
+        return run(text)
+    except Exception as exc:  # any failure must fail closed, not crash
+        verdict = failed_check(check, mode, fail_closed, exc)
+        withheld = verdict.action == "block" and mode == "enforce"
+        return Filtered(f"[answer withheld: {check} check failed]" if withheld else text, verdict)
