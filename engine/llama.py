@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from engine.attention import AttentionContext, paged_attention
+from engine.linear import Linear, make_linear
 from engine.types import EngineError
 
 SUPPORTED_MODEL_TYPES = frozenset({"llama", "qwen2", "mistral"})
@@ -42,15 +43,11 @@ class ModelShape:
 @dataclass(slots=True)
 class _Layer:
     input_norm: torch.Tensor
-    qkv_weight: torch.Tensor
-    qkv_bias: torch.Tensor | None
-    o_weight: torch.Tensor
-    o_bias: torch.Tensor | None
+    qkv: Linear
+    o: Linear
     post_norm: torch.Tensor
-    gate_up_weight: torch.Tensor
-    gate_up_bias: torch.Tensor | None
-    down_weight: torch.Tensor
-    down_bias: torch.Tensor | None
+    gate_up: Linear
+    down: Linear
 
 
 def _bias(*linears: Any) -> torch.Tensor | None:
@@ -121,7 +118,9 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 class PagedLlama:
     """Forward pass over a flat batch of tokens from many sequences."""
 
-    def __init__(self, hf_model: Any, device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(
+        self, hf_model: Any, device: torch.device, dtype: torch.dtype, int8_weights: bool = False
+    ) -> None:
         config = hf_model.config
         self.shape = shape_of(config)
         self.device = device
@@ -134,29 +133,29 @@ class PagedLlama:
         def opt(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else take(t)
 
+        def linear(*parts: Any) -> Linear:
+            weight = torch.cat([p.weight.detach() for p in parts]).to(device)
+            return make_linear(weight, opt(_bias(*parts)), dtype, int8_weights)
+
         inner = hf_model.model
         self.embed = take(inner.embed_tokens.weight)
         self.final_norm = take(inner.norm.weight)
         lm_head = hf_model.get_output_embeddings()
         tied = lm_head.weight.data_ptr() == inner.embed_tokens.weight.data_ptr()
-        self.lm_head = self.embed if tied else take(lm_head.weight)
+        self.lm_head = make_linear(
+            self.embed if tied else lm_head.weight.detach().to(device), None, dtype, int8_weights
+        )
         self.layers: list[_Layer] = []
         for hf_layer in inner.layers:
             attn, mlp = hf_layer.self_attn, hf_layer.mlp
             self.layers.append(
                 _Layer(
                     input_norm=take(hf_layer.input_layernorm.weight),
-                    qkv_weight=take(
-                        torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
-                    ),
-                    qkv_bias=opt(_bias(attn.q_proj, attn.k_proj, attn.v_proj)),
-                    o_weight=take(attn.o_proj.weight),
-                    o_bias=opt(attn.o_proj.bias),
+                    qkv=linear(attn.q_proj, attn.k_proj, attn.v_proj),
+                    o=linear(attn.o_proj),
                     post_norm=take(hf_layer.post_attention_layernorm.weight),
-                    gate_up_weight=take(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])),
-                    gate_up_bias=opt(_bias(mlp.gate_proj, mlp.up_proj)),
-                    down_weight=take(mlp.down_proj.weight),
-                    down_bias=opt(mlp.down_proj.bias),
+                    gate_up=linear(mlp.gate_proj, mlp.up_proj),
+                    down=linear(mlp.down_proj),
                 )
             )
         self.cos, self.sin = rope_tables(config, self.shape.max_positions, device)
@@ -184,18 +183,18 @@ class PagedLlama:
         hidden = F.embedding(input_ids, self.embed)
         for layer, (k_cache, v_cache) in zip(self.layers, kv_cache, strict=True):
             x = _rms_norm(hidden, layer.input_norm, eps)
-            qkv = F.linear(x, layer.qkv_weight, layer.qkv_bias)
+            qkv = layer.qkv(x)
             # Q and K heads sit side by side in the fused output: rotate them in one go.
             qk = _rotate(qkv[:, : q_size + kv_size].view(num_tokens, qk_heads, head_dim), cos, sin)
             q, k = qk.split((shape.num_heads, shape.num_kv_heads), dim=1)
             v = qkv[:, q_size + kv_size :].view(num_tokens, shape.num_kv_heads, head_dim)
             attn = paged_attention(q, k, v, k_cache, v_cache, ctx)
-            hidden = hidden + F.linear(attn, layer.o_weight, layer.o_bias)
+            hidden = hidden + layer.o(attn)
             x = _rms_norm(hidden, layer.post_norm, eps)
-            gate, up = F.linear(x, layer.gate_up_weight, layer.gate_up_bias).chunk(2, dim=-1)
-            hidden = hidden + F.linear(F.silu(gate) * up, layer.down_weight, layer.down_bias)
+            gate, up = layer.gate_up(x).chunk(2, dim=-1)
+            hidden = hidden + layer.down(F.silu(gate) * up)
         if logit_rows.numel() == 0:
             return hidden.new_empty((0, shape.vocab_size), dtype=torch.float32)
         hidden = hidden.index_select(0, logit_rows)
         hidden = _rms_norm(hidden, self.final_norm, eps)
-        return F.linear(hidden, self.lm_head).float()
+        return self.lm_head(hidden).float()

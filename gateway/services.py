@@ -8,10 +8,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
+import torch
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from engine import Engine, PagedEngine, default_model_source, model_source_from_path
+from engine import (
+    Engine,
+    EngineConfig,
+    PagedEngine,
+    default_model_source,
+    model_source_from_path,
+)
+from engine.config import kv_cache_mb_from_env
 from gateway.audit import AuditEntry, AuditLog
 from gateway.db import make_db_engine, make_session_factory
 from gateway.migrations import upgrade_database
@@ -118,13 +126,23 @@ def policy_change_entry(change: PolicyChange) -> AuditEntry:
     )
 
 
+def engine_config(settings: Settings, device: str) -> EngineConfig:
+    """The engine's settings: the KV budget, and int8 weights where they pay off."""
+    weights = settings.engine_weights
+    return EngineConfig(
+        kv_cache_mb=settings.kv_cache_mb or kv_cache_mb_from_env(),
+        int8_weights=weights == "int8" or (weights == "auto" and device == "cpu"),
+    )
+
+
 def load_services(settings: Settings) -> Services:
     """Load database, models, indexes and policy; ingest the sample corpus on first start."""
     started = time.perf_counter()
     sessions = open_database(settings)
     source = model_source_from_path(settings.model_path) if settings.model_path else None
+    device = settings.device or ("cuda" if torch.cuda.is_available() else "cpu")
     engine = PagedEngine.load(
-        source or default_model_source(), device=settings.device, kv_cache_mb=settings.kv_cache_mb
+        source or default_model_source(), device=device, config=engine_config(settings, device)
     )
     embedder = Embedder.load()
     store = DocumentStore(sessions, embedder, settings.index_dir)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -36,6 +37,11 @@ class Settings(BaseSettings):
     device: str | None = Field(default=None, description="cpu or cuda; default: auto.")
     kv_cache_mb: int | None = Field(
         default=None, ge=16, description="KV cache budget in MiB; default: the engine's."
+    )
+    engine_weights: Literal["auto", "int8", "float"] = Field(
+        default="auto",
+        description="int8: int8 projection weights, about 3x faster decoding on a CPU; "
+        "float: the model's own weights; auto: int8 on CPU, float on CUDA.",
     )
     sample_corpus: Path | None = REPO_ROOT / "docs" / "sample-corpus"
     default_tenant: str = "default"

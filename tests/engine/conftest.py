@@ -63,7 +63,12 @@ def token_ids(outputs: Sequence[StepOutput]) -> list[int]:
 def make_core(model: LlamaForCausalLM, **config: object) -> EngineCore:
     """A synchronous engine core (no thread) over `model`, for step-by-step tests."""
     engine_config = EngineConfig(**config)  # type: ignore[arg-type]
-    paged = PagedLlama(model, torch.device("cpu"), engine_config.torch_dtype("cpu"))
+    paged = PagedLlama(
+        model,
+        torch.device("cpu"),
+        engine_config.torch_dtype("cpu"),
+        int8_weights=engine_config.int8_weights,
+    )
     runner = ModelRunner.from_config(paged, engine_config, torch.device("cpu"))
     return EngineCore(runner, engine_config, "tiny", frozenset())
 
