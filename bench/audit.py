@@ -34,6 +34,8 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from doc_section import write_section  # noqa: E402  (bench/ is on the path)
+
 from gateway.audit import AuditEntry, AuditLog  # noqa: E402
 from gateway.audit_chain import verify_chain  # noqa: E402
 from gateway.db import make_db_engine, make_session_factory  # noqa: E402
@@ -41,8 +43,6 @@ from gateway.migrations import upgrade_database  # noqa: E402
 from gateway.models import AuditRecord  # noqa: E402
 from guardrails.verdict import Verdict  # noqa: E402
 
-DOCS_MD = ROOT / "docs" / "benchmarks.md"
-START, END = "<!-- audit:start -->", "<!-- audit:end -->"
 POSTGRES_URL = os.environ.get(
     "BASTION_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
@@ -365,18 +365,6 @@ def render(
     return "\n".join(lines)
 
 
-def write_section(body: str) -> None:
-    """Replace the audit section, or append it at the end when it is not there yet."""
-    current = DOCS_MD.read_text(encoding="utf-8")
-    section = f"{START}\n{body}\n{END}"
-    if START in current and END in current:
-        head, rest = current.split(START, 1)
-        updated = head + section + rest.split(END, 1)[1]
-    else:
-        updated = current.rstrip("\n") + "\n\n" + section + "\n"
-    DOCS_MD.write_text(updated, encoding="utf-8")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--records", type=int, default=1000, help="records per run")
@@ -394,7 +382,7 @@ def main() -> int:
     body = render(args.records, backends, chat, time.perf_counter() - started)
     print(body)
     if not args.no_write:
-        write_section(body)
+        write_section("audit", body)
     return 0
 
 

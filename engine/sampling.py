@@ -29,7 +29,8 @@ def sample_next_token(
     """Greedy when temperature is 0, else temperature with top-k and nucleus (top-p) sampling."""
     if params.temperature == 0:
         return int(torch.argmax(logits).item())
-    scaled = logits.float() / params.temperature
+    # Shifted and in double precision, so that a tiny temperature gives -inf, never nan.
+    scaled = (logits.double() - logits.max()) / params.temperature
     if 0 < params.top_k < scaled.shape[-1]:
         kth = torch.topk(scaled, params.top_k).values[-1]
         scaled = scaled.masked_fill(scaled < kth, float("-inf"))

@@ -5,19 +5,22 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import asdict
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from litestar import Request, Response, delete, get, post
 from litestar.params import FromPath
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gateway.audit import AuditEntry
 from gateway.auth import ADMIN_ROLES, identify, services_of
-from gateway.body import parse_body
+from gateway.body import read_json
 from gateway.errors import ApiError
 from gateway.keys import KeyIdentity, KeyInfo, create_key, list_keys, revoke_key, rotate_key
+from gateway.openapi_docs import documented, errors
 from gateway.services import Services
+
+MAX_LIMIT = 2**31 - 1  # the largest value an INTEGER column holds in PostgreSQL too
 
 
 class CreateKeyRequest(BaseModel):
@@ -25,8 +28,19 @@ class CreateKeyRequest(BaseModel):
 
     role: Literal["user", "admin", "auditor"]
     expires_at: datetime | None = None
-    requests_per_minute: int | None = Field(default=None, ge=1)
-    tokens_per_minute: int | None = Field(default=None, ge=1)
+    requests_per_minute: int | None = Field(default=None, ge=1, le=MAX_LIMIT)
+    tokens_per_minute: int | None = Field(default=None, ge=1, le=MAX_LIMIT)
+
+    @field_validator("expires_at")
+    @classmethod
+    def _in_utc(cls, value: datetime | None) -> datetime | None:
+        """Stored in UTC: SQLite keeps no offset, and a naive time is read as UTC."""
+        if value is None:
+            return None
+        try:
+            return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+        except OverflowError as exc:
+            raise ValueError("the time is out of range") from exc
 
 
 class RotateKeyRequest(BaseModel):
@@ -80,11 +94,16 @@ def _not_found(key_id: str) -> ApiError:
     )
 
 
-@post("/admin/keys", status_code=201)
+@post(
+    "/admin/keys",
+    status_code=201,
+    operation_class=documented(CreateKeyRequest),
+    responses=errors(400, 413, 415),
+)
 async def create_api_key(request: Request[Any, Any, Any]) -> dict[str, Any]:
     services = services_of(request)
     admin = await identify(request, services, ADMIN_ROLES)
-    body = parse_body(await request.body(), CreateKeyRequest)
+    body = await read_json(request, CreateKeyRequest)
     secret, identity = await asyncio.to_thread(
         create_key,
         services.sessions,
@@ -100,7 +119,7 @@ async def create_api_key(request: Request[Any, Any, Any]) -> dict[str, Any]:
     return {"id": identity.key_id, "key": secret, "tenant": identity.tenant, "role": identity.role}
 
 
-@get("/admin/keys")
+@get("/admin/keys", operation_class=documented(), responses=errors())
 async def list_api_keys(request: Request[Any, Any, Any]) -> dict[str, Any]:
     services = services_of(request)
     admin = await identify(request, services, ADMIN_ROLES)
@@ -108,11 +127,16 @@ async def list_api_keys(request: Request[Any, Any, Any]) -> dict[str, Any]:
     return {"object": "list", "data": [_key_json(k) for k in keys]}
 
 
-@post("/admin/keys/{key_id:str}/rotate", status_code=200)
+@post(
+    "/admin/keys/{key_id:str}/rotate",
+    status_code=200,
+    operation_class=documented(RotateKeyRequest),
+    responses=errors(400, 404, 413, 415),
+)
 async def rotate_api_key(request: Request[Any, Any, Any], key_id: FromPath[str]) -> dict[str, Any]:
     services = services_of(request)
     admin = await identify(request, services, ADMIN_ROLES)
-    body = parse_body(await request.body(), RotateKeyRequest)
+    body = await read_json(request, RotateKeyRequest)
     rotated = await asyncio.to_thread(
         rotate_key, services.sessions, key_id, admin.tenant, timedelta(seconds=body.grace_seconds)
     )
@@ -131,7 +155,12 @@ async def rotate_api_key(request: Request[Any, Any, Any], key_id: FromPath[str])
     }
 
 
-@delete("/admin/keys/{key_id:str}", status_code=200)
+@delete(
+    "/admin/keys/{key_id:str}",
+    status_code=200,
+    operation_class=documented(),
+    responses=errors(400, 404),
+)
 async def revoke_api_key(request: Request[Any, Any, Any], key_id: FromPath[str]) -> dict[str, Any]:
     services = services_of(request)
     admin = await identify(request, services, ADMIN_ROLES)
@@ -142,7 +171,7 @@ async def revoke_api_key(request: Request[Any, Any, Any], key_id: FromPath[str])
     return {"id": key_id, "revoked": True}
 
 
-@get("/admin/policies")
+@get("/admin/policies", operation_class=documented(), responses=errors())
 async def policy_status(request: Request[Any, Any, Any]) -> dict[str, Any]:
     """The policies bound to the admin's tenant, with their versions and last errors."""
     services = services_of(request)
@@ -158,7 +187,7 @@ async def policy_status(request: Request[Any, Any, Any]) -> dict[str, Any]:
     }
 
 
-@post("/admin/policies/reload", status_code=200)
+@post("/admin/policies/reload", status_code=200, operation_class=documented(), responses=errors())
 async def reload_policies(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
     services = services_of(request)
     admin = await identify(request, services, ADMIN_ROLES)

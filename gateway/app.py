@@ -5,24 +5,30 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import structlog
-from litestar import Litestar
+from litestar import Litestar, Request
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 from litestar.openapi import OpenAPIConfig
+from sqlalchemy.exc import OperationalError
 
 from gateway.admin_routes import ADMIN_ROUTES
+from gateway.audit_chain import AuditWriteError
 from gateway.audit_routes import AUDIT_ROUTES
 from gateway.document_routes import DOCUMENT_ROUTES
 from gateway.errors import (
     ApiError,
     api_error_handler,
+    database_error_handler,
     http_exception_handler,
     internal_error_handler,
 )
-from gateway.metrics import GatewayMetrics, metrics_endpoint
+from gateway.metrics import GatewayMetrics, count_response, metrics_endpoint
+from gateway.openapi_docs import COMPONENTS
 from gateway.request_context import add_request_id_header, bind_log_context
+from gateway.request_limits import refuse_large_headers
 from gateway.review_page import REVIEW_PAGE_ROUTES
 from gateway.routes import chat_completions, healthz, list_models, readyz
 from gateway.services import Services, load_services
@@ -68,12 +74,20 @@ def create_app(settings: Settings, services: Services | None = None) -> Litestar
         exception_handlers={
             ApiError: api_error_handler,
             HTTPException: http_exception_handler,
+            OperationalError: database_error_handler,
+            AuditWriteError: database_error_handler,
             Exception: internal_error_handler,
         },
-        before_send=[add_request_id_header],
-        before_request=bind_log_context,
-        openapi_config=OpenAPIConfig(title="Bastion", version="0.1.0"),
+        before_send=[add_request_id_header, count_response],
+        before_request=_before_request,
+        openapi_config=OpenAPIConfig(title="Bastion", version="0.1.0", components=COMPONENTS),
     )
+
+
+async def _before_request(request: Request[Any, Any, Any]) -> None:
+    """The log context first, so that a refusal is logged with its request id."""
+    await bind_log_context(request)
+    await refuse_large_headers(request)
 
 
 async def _load_in_background(app: Litestar, settings: Settings) -> None:

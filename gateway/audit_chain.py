@@ -30,6 +30,7 @@ GENESIS_HASH = "0" * 64
 _DOMAIN = b"bastion.audit.v1\x00"
 _UNHASHED = frozenset({"id", "record_hash"})
 _APPEND_ATTEMPTS = 100
+_PG_CONFLICT_STATES = frozenset({"40001", "40P01"})  # serialization failure, deadlock
 _CHECKPOINT_DOMAIN = "bastion.audit.checkpoint.v1"
 PURGE_EVENT = "audit.purged"
 
@@ -78,6 +79,8 @@ class AuditChain:
                 try:
                     return self._append_once(record)
                 except (IntegrityError, OperationalError) as exc:
+                    if not is_write_conflict(exc):
+                        raise AuditWriteError(f"could not append the audit record: {exc}") from exc
                     last_error = exc
                     time.sleep(min(0.002 * (attempt + 1), 0.05))
         raise AuditWriteError(f"could not append the audit record: {last_error}")
@@ -86,6 +89,17 @@ class AuditChain:
         with self._sessions.begin() as session:
             lock_chain(session)
             return append_in(session, record)
+
+
+def is_write_conflict(exc: IntegrityError | OperationalError) -> bool:
+    """Another writer got there first (a taken `seq`, a locked SQLite file, a PostgreSQL
+    serialization failure or deadlock): worth retrying. An unreachable database is not."""
+    if isinstance(exc, IntegrityError):
+        return True
+    if getattr(exc.orig, "sqlstate", None) in _PG_CONFLICT_STATES:
+        return True
+    message = str(exc.orig).lower()
+    return "database is locked" in message or "database table is locked" in message
 
 
 def lock_chain(session: Session) -> None:

@@ -91,6 +91,8 @@ def read_record(
     sessions: sessionmaker[Session], seq: int, tenant: str | None
 ) -> dict[str, Any] | None:
     """One record of `tenant`, readable, or None."""
+    if not 0 < seq < 2**63:  # beyond a BIGINT no record can match, and drivers refuse it
+        return None
     with sessions() as session:
         record = session.scalars(select(AuditRecord).where(AuditRecord.seq == seq)).one_or_none()
         if record is None or record.tenant != tenant:

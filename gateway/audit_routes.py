@@ -15,8 +15,20 @@ from gateway.audit_query import AuditFilter, export_lines, page, read_record
 from gateway.auth import AUDIT_ROLES, identify, services_of
 from gateway.errors import ApiError
 from gateway.keys import KeyIdentity
+from gateway.openapi_docs import documented, errors
 
 MAX_PAGE = 500
+_TEXT_FILTERS = ("tenant", "key_id", "end_user", "outcome", "event", "policy_version", "check")
+FILTER_QUERY: dict[str, dict[str, Any]] = {
+    "since": {"type": "string", "format": "date-time"},
+    "until": {"type": "string", "format": "date-time"},
+    **{name: {"type": "string"} for name in (*_TEXT_FILTERS, "verdict")},
+}
+PAGE_QUERY = FILTER_QUERY | {
+    "cursor": {"type": "integer", "minimum": 0, "maximum": 2**62},
+    "limit": {"type": "integer", "minimum": 0, "maximum": MAX_PAGE},
+}
+EXPORT_QUERY = FILTER_QUERY | {"format": {"type": "string", "enum": ["jsonl", "csv"]}}
 
 
 def _datetime_param(request: Request[Any, Any, Any], name: str) -> datetime | None:
@@ -70,7 +82,7 @@ def _filter(request: Request[Any, Any, Any], identity: KeyIdentity) -> AuditFilt
     )
 
 
-@get("/audit/records")
+@get("/audit/records", operation_class=documented(query=PAGE_QUERY), responses=errors(400))
 async def list_audit_records(request: Request[Any, Any, Any]) -> dict[str, Any]:
     services = services_of(request)
     identity = await identify(request, services, AUDIT_ROLES)
@@ -83,7 +95,7 @@ async def list_audit_records(request: Request[Any, Any, Any]) -> dict[str, Any]:
     return {"object": "list", "data": items, "next_cursor": next_cursor}
 
 
-@get("/audit/records/{seq:int}")
+@get("/audit/records/{seq:int}", operation_class=documented(), responses=errors(400, 404))
 async def get_audit_record(request: Request[Any, Any, Any], seq: FromPath[int]) -> dict[str, Any]:
     services = services_of(request)
     identity = await identify(request, services, AUDIT_ROLES)
@@ -100,7 +112,7 @@ async def get_audit_record(request: Request[Any, Any, Any], seq: FromPath[int]) 
     return found
 
 
-@get("/audit/export")
+@get("/audit/export", operation_class=documented(query=EXPORT_QUERY), responses=errors(400))
 async def export_audit_records(request: Request[Any, Any, Any]) -> Stream:
     services = services_of(request)
     identity = await identify(request, services, AUDIT_ROLES)
@@ -119,7 +131,7 @@ async def export_audit_records(request: Request[Any, Any, Any]) -> Stream:
     )
 
 
-@get("/audit/verify")
+@get("/audit/verify", operation_class=documented(), responses=errors())
 async def verify_audit_chain(request: Request[Any, Any, Any]) -> dict[str, Any]:
     services = services_of(request)
     await identify(request, services, AUDIT_ROLES)

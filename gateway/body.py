@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from litestar import Request
 from pydantic import BaseModel, ValidationError
 
 from gateway.errors import ApiError, from_validation_error
@@ -30,3 +31,16 @@ def parse_body(raw: bytes, model: type[M]) -> M:
         return model.model_validate(data)
     except ValidationError as exc:
         raise from_validation_error(exc) from exc
+
+
+async def read_json(request: Request[Any, Any, Any], model: type[M]) -> M:
+    """The request's JSON body as `model`; a body declared as anything but JSON is refused
+    (415) rather than guessed at. A body without a content type is read as JSON."""
+    media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media_type and media_type != "application/json" and not media_type.endswith("+json"):
+        raise ApiError(
+            415,
+            f"Send the body as application/json, not {media_type!r}.",
+            code="unsupported_media_type",
+        )
+    return parse_body(await request.body(), model)

@@ -61,6 +61,10 @@ class PreparedChat:
                 "title": chunk.title,
                 "source": chunk.source,
                 "score": round(chunk.score, 4),
+                "section": chunk.section,
+                "page": chunk.page,
+                "char_start": chunk.char_start,
+                "char_end": chunk.char_end,
             }
             for number, chunk in enumerate(self.chunks, start=1)
         ]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 
@@ -27,3 +28,13 @@ def make_db_engine(url: str) -> Engine:
 
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
+
+
+def database_reachable(sessions: sessionmaker[Session]) -> bool:
+    """Whether a trivial query succeeds now: readiness depends on it."""
+    try:
+        with sessions() as session:
+            session.execute(text("SELECT 1"))
+    except SQLAlchemyError:
+        return False
+    return True

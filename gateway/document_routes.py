@@ -15,12 +15,21 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.admin_routes import audit_admin_request
 from gateway.auth import ADMIN_ROLES, CHAT_ROLES, identify, services_of
-from gateway.body import parse_body
+from gateway.body import read_json
 from gateway.errors import ApiError
+from gateway.openapi_docs import documented, errors
 from gateway.routes import policy_for
 from retrieval import UnsupportedDocumentError
 
 MAX_UPLOAD_BYTES = 20 * 1024 * 1024
+UPLOAD_FORM = {
+    "type": "object",
+    "properties": {
+        "file": {"type": "string", "format": "binary"},
+        "collection": {"type": "string"},
+    },
+    "required": ["file"],
+}
 
 
 class SearchRequest(BaseModel):
@@ -52,11 +61,16 @@ def _not_found(document_id: str) -> ApiError:
     )
 
 
-@post("/documents/search", status_code=200)
+@post(
+    "/documents/search",
+    status_code=200,
+    operation_class=documented(SearchRequest),
+    responses=errors(400, 413, 415),
+)
 async def search_documents(request: Request[Any, Any, Any]) -> dict[str, Any]:
     services = services_of(request)
     identity = await identify(request, services, CHAT_ROLES)
-    body = parse_body(await request.body(), SearchRequest)
+    body = await read_json(request, SearchRequest)
     settings = policy_for(services, identity).loaded.policy.retrieval
     collections = body.collections or settings.collections
     min_score = settings.min_score if body.min_score is None else body.min_score
@@ -84,6 +98,8 @@ async def search_documents(request: Request[Any, Any, Any]) -> dict[str, Any]:
                 "collection": c.collection,
                 "section": c.section,
                 "page": c.page,
+                "char_start": c.char_start,
+                "char_end": c.char_end,
                 "score": round(c.score, 4),
                 "text": c.text,
             }
@@ -92,7 +108,12 @@ async def search_documents(request: Request[Any, Any, Any]) -> dict[str, Any]:
     }
 
 
-@post("/documents", status_code=201)
+@post(
+    "/documents",
+    status_code=201,
+    operation_class=documented(form=UPLOAD_FORM),
+    responses=errors(400, 413, 415),
+)
 async def upload_document(request: Request[Any, Any, Any]) -> dict[str, Any]:
     services = services_of(request)
     admin = await identify(request, services, ADMIN_ROLES)
@@ -133,7 +154,11 @@ async def upload_document(request: Request[Any, Any, Any]) -> dict[str, Any]:
     return {"id": result.document_id, "chunks": result.chunks, "status": result.status}
 
 
-@get("/documents")
+@get(
+    "/documents",
+    operation_class=documented(query={"collection": {"type": "string"}}),
+    responses=errors(400),
+)
 async def list_documents(request: Request[Any, Any, Any]) -> dict[str, Any]:
     services = services_of(request)
     admin = await identify(request, services, ADMIN_ROLES)
@@ -145,7 +170,7 @@ async def list_documents(request: Request[Any, Any, Any]) -> dict[str, Any]:
     return {"object": "list", "data": [_document_json(d) for d in documents]}
 
 
-@get("/documents/{document_id:str}")
+@get("/documents/{document_id:str}", operation_class=documented(), responses=errors(400, 404))
 async def get_document(
     request: Request[Any, Any, Any], document_id: FromPath[str]
 ) -> dict[str, Any]:
@@ -157,7 +182,12 @@ async def get_document(
     return _document_json(found)
 
 
-@delete("/documents/{document_id:str}", status_code=200)
+@delete(
+    "/documents/{document_id:str}",
+    status_code=200,
+    operation_class=documented(),
+    responses=errors(400, 404),
+)
 async def delete_document(
     request: Request[Any, Any, Any], document_id: FromPath[str]
 ) -> dict[str, Any]:

@@ -56,6 +56,17 @@ def guardrail_block(check: str, reason: str) -> ApiError:
     )
 
 
+def database_unavailable() -> ApiError:
+    """The database cannot be reached: nothing is answered that could not be audited."""
+    return ApiError(
+        503,
+        "The audit database is unreachable, so the request was not served; retry shortly.",
+        type="server_error",
+        code="database_unavailable",
+        headers={"retry-after": "5"},
+    )
+
+
 def from_validation_error(exc: ValidationError) -> ApiError:
     """The first problem of a request body, named by its JSON path (`messages.0.role`)."""
     first = exc.errors()[0]
@@ -63,6 +74,8 @@ def from_validation_error(exc: ValidationError) -> ApiError:
     message = str(first["msg"])
     if first["type"] == "missing":
         message = f"Missing required parameter: '{param}'."
+    elif first["type"] == "extra_forbidden":
+        message = f"Unrecognized request argument supplied: {param}"
     elif param:
         message = f"Invalid value for '{param}': {message}"
     return ApiError(400, message, param=param, code="invalid_value")
@@ -91,6 +104,17 @@ def http_exception_handler(_: Request[Any, Any, Any], exc: HTTPException) -> Res
         headers=dict(exc.headers or {}),
     )
     return api_error_handler(_, error)
+
+
+def database_error_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    """Fail closed with 503 while the database is down (or SQLite is locked too long):
+    the request could not be audited, so it is not served."""
+    import structlog
+
+    structlog.get_logger(__name__).error(
+        "gateway.database_unavailable", path=request.url.path, error=str(exc)
+    )
+    return api_error_handler(request, database_unavailable())
 
 
 def internal_error_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:

@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 from litestar import Request, Response, get
+from litestar.types import Message, Scope
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -29,6 +30,12 @@ class GatewayMetrics:
             "bastion_requests_total",
             "Requests by endpoint, status and outcome.",
             ["endpoint", "status", "outcome"],
+            registry=self.registry,
+        )
+        self.responses = Counter(
+            "bastion_http_responses_total",
+            "HTTP responses of every route, by route template, method and status.",
+            ["route", "method", "status"],
             registry=self.registry,
         )
         self.verdicts = Counter(
@@ -86,6 +93,15 @@ class GatewayMetrics:
             for name, value in dataclasses.asdict(values).items():  # type: ignore[arg-type]
                 if isinstance(value, int | float):
                     self.engine.labels(name).set(value)
+
+
+async def count_response(message: Message, scope: Scope) -> None:
+    """`before_send` hook: count every HTTP response (unmatched paths share one label)."""
+    if message["type"] != "http.response.start":
+        return
+    metrics: GatewayMetrics = scope["app"].state.metrics
+    route = scope.get("path_template") or "unmatched"
+    metrics.responses.labels(route, scope.get("method", ""), str(message["status"])).inc()
 
 
 @get("/metrics", sync_to_thread=False)

@@ -7,19 +7,24 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 import structlog
 from litestar import Request, Response, get, post
 from litestar.exceptions import HTTPException
 from litestar.response import Stream
+from sqlalchemy.exc import OperationalError
 
 from gateway.audit import AuditEntry
+from gateway.audit_chain import AuditWriteError
 from gateway.auth import CHAT_ROLES, identify, services_of
-from gateway.body import parse_body
+from gateway.body import read_json
 from gateway.chat import ChatService, PreparedChat
-from gateway.errors import ApiError
+from gateway.db import database_reachable
+from gateway.errors import ApiError, database_unavailable
 from gateway.keys import KeyIdentity
 from gateway.metrics import GatewayMetrics
 from gateway.openai_format import chunk_body, completion_body, sse, usage_chunk_body
+from gateway.openapi_docs import documented, errors
 from gateway.policy import RateLimits
 from gateway.policy_registry import NoPolicyError
 from gateway.quotas import admit, charge_tokens
@@ -44,13 +49,19 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@get("/readyz", sync_to_thread=False)
-def readyz(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
+@get("/readyz")
+async def readyz(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
+    """Ready when the models are loaded and the database answers (so answers can be audited)."""
     services: Services | None = request.app.state.get("services")
     failure: str | None = request.app.state.get("load_error")
     if services is None:
         body = {"status": "failed" if failure else "loading", "error": failure}
         return Response(body, status_code=503)
+    if not await asyncio.to_thread(database_reachable, services.sessions):
+        return Response(
+            {"status": "database_unreachable", "error": "the database does not answer"},
+            status_code=503,
+        )
     return Response(
         {
             "status": "ready",
@@ -60,7 +71,7 @@ def readyz(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
     )
 
 
-@get("/v1/models")
+@get("/v1/models", operation_class=documented(), responses=errors())
 async def list_models(request: Request[Any, Any, Any]) -> dict[str, Any]:
     services = services_of(request)
     await identify(request, services, CHAT_ROLES)
@@ -72,7 +83,12 @@ async def list_models(request: Request[Any, Any, Any]) -> dict[str, Any]:
     }
 
 
-@post(CHAT_PATH, status_code=200)
+@post(
+    CHAT_PATH,
+    status_code=200,
+    operation_class=documented(ChatCompletionRequest),
+    responses=errors(400, 404, 413, 415, 429),
+)
 async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
     entry = AuditEntry(request_id=request_id_of(request.scope), endpoint=CHAT_PATH)
     started = time.perf_counter()
@@ -84,7 +100,7 @@ async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
         runtime = policy_for(services, identity)
         limits = runtime.loaded.policy.rate_limits
         await asyncio.to_thread(admit, services.limiter, identity, limits)
-        body = parse_body(await request.body(), ChatCompletionRequest)
+        body = await read_json(request, ChatCompletionRequest)
         service = ChatService(services, runtime)
         chat = await service.prepare(body, entry)
         if body.stream:
@@ -193,6 +209,10 @@ async def _event_stream(
         await record()
         for event in closing:
             yield event
+    except (OperationalError, AuditWriteError):
+        # The record could not be written: end with an error instead of `[DONE]`.
+        log.exception("chat.stream_unaudited", request_id=entry.request_id)
+        yield sse(database_unavailable().body())
     except ApiError as error:
         entry.status_code, entry.error_code, entry.outcome = error.status, error.code, "error"
         await record()
@@ -205,7 +225,9 @@ async def _event_stream(
             ApiError(500, "The server had an error while streaming.", type="server_error").body()
         )
     finally:
-        await texts.aclose()  # type: ignore[attr-defined]
-        if not recorded:
-            entry.outcome, entry.status_code = "cancelled", 499
-            await record()
+        # A disconnect cancels this generator; the shield lets the abort and the record finish.
+        with anyio.CancelScope(shield=True):
+            await texts.aclose()  # type: ignore[attr-defined]
+            if not recorded:
+                entry.outcome, entry.status_code = "cancelled", 499
+                await record()

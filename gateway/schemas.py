@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
@@ -55,6 +57,16 @@ class FunctionSpec(BaseModel):
     description: str = ""
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
 
+    @field_validator("parameters")
+    @classmethod
+    def _valid_schema(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """Refused here, not after the model has answered with a call it cannot check."""
+        try:
+            Draft202012Validator.check_schema(value)
+        except SchemaError as exc:
+            raise ValueError(f"not a valid JSON Schema: {exc.message}") from exc
+        return value
+
 
 class ToolSpecIn(BaseModel):
     type: Literal["function"]
@@ -65,10 +77,29 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class ChatCompletionRequest(BaseModel):
-    """The subset of OpenAI's parameters Bastion honours; unknown ones are ignored."""
+# OpenAI's chat-completion parameters that Bastion accepts and ignores; any other unknown
+# parameter is refused, as OpenAI's API refuses it.
+IGNORED_OPENAI_PARAMETERS = frozenset(
+    {
+        "audio", "frequency_penalty", "function_call", "functions", "logit_bias", "logprobs",
+        "metadata", "modalities", "parallel_tool_calls", "prediction", "presence_penalty",
+        "prompt_cache_key", "reasoning_effort", "response_format", "safety_identifier",
+        "service_tier", "store", "top_logprobs", "verbosity", "web_search_options",
+    }
+)  # fmt: skip
 
-    model_config = ConfigDict(extra="ignore")
+
+class ChatCompletionRequest(BaseModel):
+    """The subset of OpenAI's parameters Bastion honours."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_ignored(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        return {k: v for k, v in data.items() if k not in IGNORED_OPENAI_PARAMETERS}
 
     model: str | None = None
     messages: list[Message] = Field(min_length=1)
@@ -76,7 +107,7 @@ class ChatCompletionRequest(BaseModel):
     max_completion_tokens: int | None = Field(default=None, gt=0)
     temperature: float = Field(default=1.0, ge=0.0, le=2.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
     stop: str | list[str] | None = None
     n: int = Field(default=1, ge=1, le=1)
     stream: bool = False

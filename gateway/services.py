@@ -155,7 +155,8 @@ def load_services(settings: Settings) -> Services:
         engine=engine,
         embedder=embedder,
         store=store,
-        policies=open_policies(settings, embedder, audit),
+        # The guardrails get their own copy: bf16 where native, on the cores the engine leaves.
+        policies=open_policies(settings, embedder.guardrail_copy(), audit),
         audit=audit,
         limiter=make_rate_limiter(settings.redis_url),
     )

@@ -120,13 +120,14 @@ class TopicConfig(_Check):
     """Topic allow-list and deny-list by embedding similarity.
 
     A request is off-topic when `allowed` is non-empty and its best cosine similarity to
-    an allowed topic is below `threshold`; it is denied when its similarity to a denied
-    topic reaches `deny_threshold`.
+    an allowed topic (its description, each item the description lists, its examples) is
+    below `threshold`; it is denied when its similarity to a denied topic reaches
+    `deny_threshold`.
     """
 
     enabled: bool = False
     allowed: list[Topic] = Field(default_factory=list)
-    threshold: float = Field(default=0.25, ge=-1.0, le=1.0)
+    threshold: float = Field(default=0.2, ge=-1.0, le=1.0)
     denied: list[Topic] = Field(default_factory=list)
     deny_threshold: float = Field(default=0.5, ge=-1.0, le=1.0)
 

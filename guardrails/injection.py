@@ -5,7 +5,8 @@
    imperative *and* its object ("ignore ... previous instructions"), so questions about
    injections or everyday phrases ("ignore the previous email") pass.
 3. With an embedder, the trained classifier (`injection_classifier.py`) catches
-   paraphrased attacks the patterns miss.
+   paraphrased attacks the patterns miss; its n-gram screen clears most ordinary text
+   without embedding it.
 
 Messages are checked one by one and, for attacks spread over several turns, joined.
 Retrieved chunks and tool results go through `scan_untrusted`.
@@ -16,8 +17,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
 
 from guardrails.config import InjectionConfig
 from guardrails.injection_classifier import (
@@ -224,8 +223,7 @@ class InjectionDetector:
     def _classify(self, windows: list[str]) -> list[float]:
         if self._embed is None or self._classifier is None:
             raise RuntimeError("classifier called without an embedder")
-        vectors = np.asarray(self._embed(windows), dtype=np.float32)
-        return [float(p) for p in self._classifier.probabilities(vectors)]
+        return self._classifier.classify(windows, self._embed, self._threshold)
 
 
 # A quoted span: opening quote not preceded by a word character, closing quote not

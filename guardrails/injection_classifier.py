@@ -1,12 +1,21 @@
-"""The trained injection classifier: logistic regression over MiniLM sentence embeddings.
+"""The trained injection classifier: logistic regression over a MiniLM sentence embedding
+and word n-gram TF-IDF of the same text, behind an n-gram-only screen.
 
-Weights come from `guardrails/train_injection.py` and ship as a small JSON file.
+The embedding carries what a text is about; the n-grams carry how it is said ("how do
+attackers ..." against "you will now ..."), which the embedding blurs: hard negatives that
+discuss attacks sit next to the attacks in embedding space. The screen costs well under a
+millisecond and clears most ordinary text, which then needs no embedding at all (MiniLM
+is most of the input checks' latency). Weights come from `guardrails/train_injection.py`
+and ship as a small JSON file.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,48 +27,148 @@ Embedder = Callable[[list[str]], npt.NDArray[np.float32]]
 
 DEFAULT_WEIGHTS = Path(__file__).parent / "data" / "injection_classifier.json"
 
+# scikit-learn's TfidfVectorizer defaults, which the training script uses.
+_TOKEN = re.compile(r"(?u)\b\w\w+\b")
+NGRAM_RANGE = (1, 2)
+
 
 class ClassifierWeightsError(ValueError):
     """The weights file is missing or malformed; retrain with guardrails/train_injection.py."""
 
 
+def ngrams(text: str) -> list[str]:
+    """Lower-cased word 1- and 2-grams, as scikit-learn's TfidfVectorizer makes them."""
+    tokens = _TOKEN.findall(text.lower())
+    low, high = NGRAM_RANGE
+    return [
+        " ".join(tokens[i : i + n])
+        for n in range(low, high + 1)
+        for i in range(len(tokens) - n + 1)
+    ]
+
+
+def tfidf(text: str, idf: dict[str, float]) -> dict[str, float]:
+    """The sublinear, L2-normalised TF-IDF vector of `text` over the vocabulary `idf`."""
+    counts = Counter(g for g in ngrams(text) if g in idf)
+    weights = {g: (1.0 + math.log(n)) * idf[g] for g, n in counts.items()}
+    norm = math.sqrt(sum(v * v for v in weights.values()))
+    return {g: v / norm for g, v in weights.items()} if norm > 0 else {}
+
+
+def _sigmoid(logits: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    return np.asarray(1.0 / (1.0 + np.exp(-logits)))
+
+
+@dataclass(frozen=True, slots=True)
+class LinearModel:
+    """Logistic regression over n-gram TF-IDF features, plus embedding features when
+    `embedding_coef` is set."""
+
+    ngram_coef: dict[str, float]
+    intercept: float
+    embedding_coef: npt.NDArray[np.float32] | None = None
+
+    def logit(self, features: dict[str, float]) -> float:
+        return self.intercept + sum(v * self.ngram_coef[g] for g, v in features.items())
+
+
 @dataclass(frozen=True, slots=True)
 class InjectionClassifier:
-    """`probabilities(vectors)` gives P(injection) per embedding row."""
+    """Two logistic regressions over a shared n-gram vocabulary: `screen` reads the n-grams
+    only, `full` the n-grams and the MiniLM embedding. A text the screen scores below
+    `screen_below` is benign without an embedding (training sets `screen_below` under
+    every attack the full model caught in cross-validation); the rest go to `full`, whose
+    probability is compared with `threshold`."""
 
-    coef: npt.NDArray[np.float32]
-    intercept: float
+    idf: dict[str, float]
+    screen: LinearModel
+    screen_below: float
+    full: LinearModel
     threshold: float
 
     @classmethod
     def load(cls, path: Path = DEFAULT_WEIGHTS) -> InjectionClassifier:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            coef = np.asarray(data["coef"], dtype=np.float32)
-            intercept, threshold = float(data["intercept"]), float(data["threshold"])
-        except (OSError, KeyError, TypeError, ValueError) as exc:
+            coef = np.asarray(data["embedding_coef"], dtype=np.float32)
+            rows: dict[str, list[float]] = data["ngrams"]  # n-gram -> [idf, screen, full]
+            idf = {g: float(row[0]) for g, row in rows.items()}
+            screen = LinearModel(
+                {g: float(r[1]) for g, r in rows.items()}, data["screen_intercept"]
+            )
+            full = LinearModel({g: float(r[2]) for g, r in rows.items()}, data["intercept"], coef)
+            screen_below, threshold = float(data["screen_below"]), float(data["threshold"])
+        except (OSError, KeyError, TypeError, ValueError, IndexError) as exc:
             raise ClassifierWeightsError(f"cannot load classifier weights {path}: {exc}") from exc
         if coef.ndim != 1:
             raise ClassifierWeightsError(f"{path}: coef must be a vector, got shape {coef.shape}")
-        return cls(coef, intercept, threshold)
+        return cls(idf, screen, screen_below, full, threshold)
+
+    @property
+    def dimension(self) -> int:
+        """The embedding size the full model was trained on."""
+        return 0 if self.full.embedding_coef is None else int(self.full.embedding_coef.shape[0])
 
     def save(self, path: Path, metadata: dict[str, object]) -> None:
+        if self.full.embedding_coef is None:
+            raise ValueError("the full model has no embedding coefficients")
         data = {
             **metadata,
-            "coef": [round(float(x), 6) for x in self.coef],
-            "intercept": self.intercept,
             "threshold": self.threshold,
+            "screen_below": self.screen_below,
+            "intercept": self.full.intercept,
+            "screen_intercept": self.screen.intercept,
+            "embedding_coef": [round(float(x), 6) for x in self.full.embedding_coef],
+            "ngrams": {
+                g: [
+                    round(idf, 5),
+                    round(self.screen.ngram_coef[g], 5),
+                    round(self.full.ngram_coef[g], 5),
+                ]
+                for g, idf in sorted(self.idf.items())
+            },
         }
-        path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        # One top-level key a line: readable metadata, and a diff that says what changed.
+        lines = ",\n".join(f"{json.dumps(key)}: {json.dumps(value)}" for key, value in data.items())
+        path.write_text("{\n" + lines + "\n}\n", encoding="utf-8")
 
-    def probabilities(self, vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
-        if vectors.shape[-1] != self.coef.shape[0]:
+    def features(self, texts: Sequence[str]) -> list[dict[str, float]]:
+        return [tfidf(text, self.idf) for text in texts]
+
+    def screen_probabilities(self, features: Sequence[dict[str, float]]) -> npt.NDArray[np.float64]:
+        """P(injection) from the n-grams alone (no embedding needed)."""
+        return _sigmoid(np.array([self.screen.logit(f) for f in features], dtype=np.float64))
+
+    def probabilities(
+        self, vectors: npt.NDArray[np.float32], features: Sequence[dict[str, float]]
+    ) -> npt.NDArray[np.float64]:
+        """P(injection) from the full model, given each text's embedding row and n-grams."""
+        coef = self.full.embedding_coef
+        if coef is None or vectors.shape[-1] != coef.shape[0]:
             raise ValueError(
                 f"embedding dimension {vectors.shape[-1]} does not match the classifier's "
-                f"{self.coef.shape[0]}: was it trained on another model?"
+                f"{self.dimension}: was it trained on another model?"
             )
-        logits = vectors.astype(np.float64) @ self.coef.astype(np.float64) + self.intercept
-        return 1.0 / (1.0 + np.exp(-logits))
+        if len(features) != len(vectors):
+            raise ValueError(f"{len(features)} texts for {len(vectors)} embedding rows")
+        logits = vectors.astype(np.float64) @ coef.astype(np.float64)
+        logits += np.array([self.full.logit(f) for f in features], dtype=np.float64)
+        return _sigmoid(logits)
+
+    def classify(self, texts: Sequence[str], embed: Embedder, threshold: float) -> list[float]:
+        """P(injection) per text: the screen's when it is below `screen_below` (and the
+        caller's `threshold` is not stricter than the trained one), else the full model's,
+        embedding only the texts that need it, in one batch."""
+        features = self.features(texts)
+        scores = [float(p) for p in self.screen_probabilities(features)]
+        screened = threshold >= self.threshold
+        uncertain = [i for i, p in enumerate(scores) if not screened or p >= self.screen_below]
+        if uncertain:
+            vectors = np.asarray(embed([texts[i] for i in uncertain]), dtype=np.float32)
+            full = self.probabilities(vectors, [features[i] for i in uncertain])
+            for i, p in zip(uncertain, full, strict=True):
+                scores[i] = float(p)
+        return scores
 
 
 # MiniLM reads at most 256 word pieces, about 1,000 characters of English; longer texts

@@ -39,8 +39,9 @@ class InputGuardrails:
     ) -> InputCheckResult:
         """Check a request's texts (every message, system and tool ones included; `roles`
         labels them in the evidence). `topic_text` (the last user message) is
-        topic-checked after redaction, so no raw PII reaches the embedder or the audit
-        record."""
+        topic-checked unredacted, as the injection check read it, so a caching embedder
+        serves both checks with one model pass (`topics.topic_text`); the topic verdict
+        records only topic names and scores, never the text."""
         injection = self._injection.check(texts, roles)
         verdicts = [injection]
         if injection.blocks:
@@ -53,24 +54,7 @@ class InputGuardrails:
         if self._topics is None:
             return InputCheckResult(pii.texts, verdicts, None, pii.placeholders, pii.restorable)
 
-        topic = self._topics.check(
-            self._redacted_topic_text(texts, pii.texts, topic_text, pii.placeholders)
-        )
+        topic = self._topics.check(topic_text)
         verdicts.append(topic)
         blocking = topic if topic.blocks else None
         return InputCheckResult(pii.texts, verdicts, blocking, pii.placeholders, pii.restorable)
-
-    def _redacted_topic_text(
-        self,
-        texts: Sequence[str],
-        redacted: list[str],
-        topic_text: str,
-        placeholders: dict[str, str],
-    ) -> str:
-        """The topic text as redacted in this request (reusing its placeholders)."""
-        for original, out in zip(reversed(texts), reversed(redacted), strict=True):
-            if original == topic_text:
-                return out
-        if self._pii.config.enabled and self._pii.config.mode == "enforce":
-            return self._pii.redact(topic_text, known=dict(placeholders)).text
-        return topic_text

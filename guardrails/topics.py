@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from guardrails.config import Topic, TopicConfig
+from guardrails.normalize import normalize
 from guardrails.verdict import Verdict, failed_check
 
 CHECK_NAME = "topic"
@@ -15,17 +17,47 @@ CHECK_NAME = "topic"
 # Takes texts, returns one L2-normalised float32 row per text.
 Embedder = Callable[[list[str]], npt.NDArray[np.float32]]
 
+_LIST_SEPARATOR = re.compile(r",|;|\band\b|\bor\b")
+# all-MiniLM-L6-v2 was trained on inputs of up to 128 word pieces, about 500 characters of
+# English: a request's topic is read from its start, at half the cost of a full window.
+TOPIC_CHARS = 500
+
+
+def topic_text(text: str) -> str:
+    """What the topic check embeds: the normalised text, cut at a space near TOPIC_CHARS.
+    A shorter text is exactly what the injection classifier embeds, so a caching
+    embedder runs the model once for both checks."""
+    normalised = normalize(text)
+    if len(normalised) <= TOPIC_CHARS:
+        return normalised
+    space = normalised.rfind(" ", TOPIC_CHARS // 2, TOPIC_CHARS)
+    return normalised[: space if space > 0 else TOPIC_CHARS]
+
+
+def topic_anchors(topic: Topic) -> list[str]:
+    """The texts a topic is matched against: its description, each item the description
+    lists ("IT support: passwords, VPN" gives "IT support: passwords" and "IT support:
+    VPN"), and its examples. A short request ("the printer is jammed") sits much closer to
+    one item than to the whole list."""
+    head, colon, body = topic.description.partition(":")
+    if not colon:
+        head, body = "", topic.description
+    items = [item.strip() for item in _LIST_SEPARATOR.split(body) if item.strip()]
+    prefix = f"{head.strip()}: " if head.strip() else ""
+    listed = [prefix + item for item in items] if len(items) > 1 else []
+    return list(dict.fromkeys([topic.description, *listed, *topic.examples]))
+
 
 class _TopicIndex:
-    """Embedded descriptions and examples of some topics; a text's score per topic is its
-    best cosine similarity to any of that topic's rows."""
+    """Embedded anchors (`topic_anchors`) of some topics; a text's score per topic is its
+    best cosine similarity to any of that topic's anchors."""
 
     def __init__(self, embed: Embedder, topics: Sequence[Topic]) -> None:
         self.topics = list(topics)
         self._owners: list[int] = []
         texts: list[str] = []
         for i, topic in enumerate(self.topics):
-            for text in (topic.description, *topic.examples):
+            for text in topic_anchors(topic):
                 texts.append(text)
                 self._owners.append(i)
         self._vectors = np.asarray(embed(texts), dtype=np.float32) if texts else None
@@ -40,7 +72,10 @@ class _TopicIndex:
 
 class TopicMatcher:
     """Blocks a text close to a denied topic, or far from every allowed topic (when an
-    allow-list is configured)."""
+    allow-list is configured).
+
+    Only the start of a long text counts (`topic_text`).
+    """
 
     def __init__(self, embed: Embedder, config: TopicConfig) -> None:
         self._embed = embed
@@ -61,7 +96,7 @@ class TopicMatcher:
 
     def _check(self, text: str) -> Verdict:
         mode = self._config.mode
-        query = np.asarray(self._embed([text]), dtype=np.float32)[0]
+        query = np.asarray(self._embed([topic_text(text)]), dtype=np.float32)[0]
         denied = self._denied.closest(query)
         if denied is not None and denied[1] >= self._config.deny_threshold:
             name, score = denied

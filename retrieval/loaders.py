@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from html.parser import HTMLParser
 from pathlib import PurePath
 from typing import Literal
@@ -30,11 +30,17 @@ class UnsupportedDocumentError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class ParsedDocument:
-    """What a loader found: the document's kind, its title (if it names one) and sections."""
+    """What a loader found: the document's kind, its title (if it names one), its sections,
+    and its text, in which the sections' offsets (and so chunk spans) are counted.
+
+    The text of a text or Markdown file is the file itself; that of HTML and PDF is what was
+    extracted: headings and bodies (PDF: pages) in order, separated by blank lines.
+    """
 
     kind: Kind
     title: str | None
     sections: list[Section]
+    text: str
 
 
 def kind_of(filename: str, data: bytes = b"") -> Kind:
@@ -63,7 +69,12 @@ def parse_document(filename: str, data: bytes) -> ParsedDocument:
     if kind == "html":
         return parse_html(text)
     # Plain text may still open with a Markdown heading; without one the store uses the name.
-    return ParsedDocument(kind, title_of(text, "") or None, markdown_sections(text))
+    return parse_markdown(text, kind)
+
+
+def parse_markdown(text: str, kind: Kind = "markdown") -> ParsedDocument:
+    """Markdown (or plain text, which may still open with a Markdown heading)."""
+    return ParsedDocument(kind, title_of(text, "") or None, markdown_sections(text), text)
 
 
 def parse_html(html: str) -> ParsedDocument:
@@ -71,8 +82,25 @@ def parse_html(html: str) -> ParsedDocument:
     parser = _HtmlToSections()
     parser.feed(html)
     parser.close()
-    sections = parser.sections()
-    return ParsedDocument("html", parser.title(), sections)
+    text, sections = _placed(parser.sections())
+    return ParsedDocument("html", parser.title(), sections, text)
+
+
+def _placed(sections: list[Section]) -> tuple[str, list[Section]]:
+    """The extracted text of `sections` (blocks separated by blank lines), and the sections
+    with their offsets in it."""
+    parts: list[str] = []
+    placed: list[Section] = []
+    offset = 0
+    for section in sections:
+        heading_start = offset
+        if section.heading is not None:
+            parts += [section.heading, "\n\n"]
+            offset += len(section.heading) + 2
+        placed.append(replace(section, body_start=offset, heading_start=heading_start))
+        parts += [section.body, "\n\n"]
+        offset += len(section.body) + 2
+    return "".join(parts)[:-2], placed
 
 
 def _decode(filename: str, data: bytes) -> str:
@@ -93,12 +121,14 @@ def _parse_pdf(filename: str, data: bytes) -> ParsedDocument:
     except (PdfReadError, ValueError, KeyError) as error:
         raise UnsupportedDocumentError(f"cannot read PDF {filename!r}: {error}") from error
     # Each page is its own section so that every chunk knows its page number.
-    sections = [
-        Section(None, _PDF_HYPHEN.sub("", text), None, number)
-        for number, text in enumerate(pages, start=1)
-        if text.strip()
-    ]
-    return ParsedDocument("pdf", (title or "").strip() or None, sections)
+    text, sections = _placed(
+        [
+            Section(None, _PDF_HYPHEN.sub("", text), None, number)
+            for number, text in enumerate(pages, start=1)
+            if text.strip()
+        ]
+    )
+    return ParsedDocument("pdf", (title or "").strip() or None, sections, text)
 
 
 _PDF_HYPHEN = re.compile(r"(?<=\w)-\n(?=\w)")

@@ -80,3 +80,7 @@ class Chunk(RetrievalBase):
     embedding: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
     # Late-interaction token vectors (int8, see rerank.pack_token_vectors), for reranking.
     token_vectors: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    # Added by revision 0005: the chunk's span in its document's text (see TextChunk); rows
+    # from before 0005 have none.
+    char_start: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    char_end: Mapped[int | None] = mapped_column(Integer, nullable=True)

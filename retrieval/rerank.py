@@ -22,41 +22,77 @@ class Candidate:
 
 
 class Reranker(Protocol):
-    """Scores candidates for a query; higher is more relevant. One score per candidate."""
+    """Scores candidates for a query; higher is more relevant. One score per candidate.
 
-    def score(self, query: str, candidates: Sequence[Candidate]) -> list[float]: ...
+    `query_tokens` are the query's token vectors (`Embedder.embed_with_tokens`) when the
+    caller has them already; rerankers that have no use for them ignore them.
+    `fusion_weight` None makes the reranker's order final; a number fuses its ranking with
+    the first-stage rankings (reciprocal rank fusion), worth that many of them.
+    """
+
+    fusion_weight: float | None
+
+    def score(
+        self,
+        query: str,
+        candidates: Sequence[Candidate],
+        query_tokens: np.ndarray | None = None,
+    ) -> list[float]: ...
 
 
 class LateInteractionReranker:
     """ColBERT-style MaxSim: each query token's best cosine against the chunk's tokens, averaged.
 
-    Uses the token vectors stored with each chunk, so only the query passes through the model.
+    Uses the token vectors stored with each chunk, so only the query passes through the model
+    (and not even that when the caller passes its token vectors).
     """
+
+    # Alone it ranks no better than dense search on Cranfield, so its ranking joins the
+    # first-stage ones as half a vote rather than replacing them (docs/benchmarks.md).
+    fusion_weight: float | None = 0.5
 
     def __init__(self, embedder: Embedder) -> None:
         self._embedder = embedder
 
-    def score(self, query: str, candidates: Sequence[Candidate]) -> list[float]:
+    def score(
+        self,
+        query: str,
+        candidates: Sequence[Candidate],
+        query_tokens: np.ndarray | None = None,
+    ) -> list[float]:
         if not candidates:
             return []
-        query_tokens = self._embedder.token_embeddings([query])[0]
+        if query_tokens is None:
+            query_tokens = self._embedder.token_embeddings([query])[0]
         missing = [c.text for c in candidates if c.token_vectors is None]
         computed = iter(self._embedder.token_embeddings(missing))
-        scores = []
-        for candidate in candidates:
-            tokens = candidate.token_vectors
-            if tokens is None:
-                tokens = next(computed)
-            if len(tokens) == 0 or len(query_tokens) == 0:
-                scores.append(0.0)
-                continue
-            similarity = query_tokens @ tokens.T
-            scores.append(float(similarity.max(axis=1).mean()))
+        documents = [
+            c.token_vectors if c.token_vectors is not None else next(computed) for c in candidates
+        ]
+        return max_sim(query_tokens, documents).tolist()
+
+
+def max_sim(query_tokens: np.ndarray, documents: Sequence[np.ndarray]) -> np.ndarray:
+    """Late-interaction scores of `documents` (token matrices) for the query's tokens.
+
+    One matrix product over all documents' tokens at once: a product per document costs
+    more in BLAS calls (and thread wake-ups) than in arithmetic.
+    """
+    scores = np.zeros(len(documents), dtype=np.float32)
+    filled = [i for i, tokens in enumerate(documents) if len(tokens)]
+    if not filled or len(query_tokens) == 0:
         return scores
+    tokens = np.concatenate([documents[i] for i in filled]).astype(np.float32, copy=False)
+    similarity = tokens @ np.asarray(query_tokens, dtype=np.float32).T
+    starts = np.cumsum([0] + [len(documents[i]) for i in filled[:-1]])
+    scores[filled] = np.maximum.reduceat(similarity, starts, axis=0).mean(axis=1)
+    return scores
 
 
 class CrossEncoderReranker:
     """A sentence-transformers cross-encoder read from a local folder (never from a hub)."""
+
+    fusion_weight: float | None = None
 
     def __init__(self, model_path: Path, batch_size: int = 32) -> None:
         if not (model_path / "config.json").is_file():
@@ -66,7 +102,12 @@ class CrossEncoderReranker:
         self._model = CrossEncoder(str(model_path), device="cpu", local_files_only=True)
         self._batch_size = batch_size
 
-    def score(self, query: str, candidates: Sequence[Candidate]) -> list[float]:
+    def score(
+        self,
+        query: str,
+        candidates: Sequence[Candidate],
+        query_tokens: np.ndarray | None = None,
+    ) -> list[float]:
         if not candidates:
             return []
         pairs = [(query, candidate.text) for candidate in candidates]

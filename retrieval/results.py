@@ -25,7 +25,9 @@ class IngestResult:
 @dataclass(frozen=True)
 class RetrievedChunk:
     """A search hit. `score` orders the hits (reranker, fused, cosine or BM25 score, by
-    how the search ran); `dense_score` is the query-chunk cosine, which `min_score` gates."""
+    how the search ran); `dense_score` is the query-chunk cosine, which `min_score` gates.
+    `char_start`:`char_end` is the chunk's span in its document's text (see TextChunk);
+    None for chunks stored before spans were recorded."""
 
     document_id: str
     chunk_id: int
@@ -37,6 +39,8 @@ class RetrievedChunk:
     ordinal: int = 0
     section: str | None = None
     page: int | None = None
+    char_start: int | None = None
+    char_end: int | None = None
     version: int = 1
     ingested_at: datetime | None = None
     dense_score: float | None = None

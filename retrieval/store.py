@@ -6,6 +6,7 @@ import hashlib
 import logging
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -13,16 +14,25 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session, defer, sessionmaker
 from tqdm import tqdm
 
-from retrieval.chunking import chunk_sections, markdown_sections, title_of
+from retrieval.chunking import chunk_sections
 from retrieval.collection_indexes import CollectionIndexes
 from retrieval.embedder import Embedder
-from retrieval.hybrid_search import filter_conditions, reciprocal_rank_fusion, top_ids
+from retrieval.hybrid_search import (
+    FEEDBACK_CHUNKS,
+    FEEDBACK_TERMS,
+    expand_vector,
+    filter_conditions,
+    fuse,
+    fuse_with_reranker,
+    top_ids,
+)
 from retrieval.ingestion import PendingDocument, chunk_count, plan_ingestion
+from retrieval.lexical import LexicalIndex
 from retrieval.loaders import (
     SUFFIX_KINDS,
-    ParsedDocument,
     UnsupportedDocumentError,
     parse_document,
+    parse_markdown,
 )
 from retrieval.models import Chunk, Document
 from retrieval.rerank import (
@@ -114,7 +124,7 @@ class DocumentStore:
         items = [
             PendingDocument(
                 source,
-                ParsedDocument("markdown", title_of(text, "") or None, markdown_sections(text)),
+                parse_markdown(text),
                 hashlib.sha256(text.encode("utf-8")).hexdigest(),
                 titles[i] if titles is not None else None,
             )
@@ -278,12 +288,15 @@ class DocumentStore:
         rerank: bool = True,
         filters: SearchFilter | None = None,
         candidates: int = 20,
+        feedback: bool = True,
     ) -> list[RetrievedChunk]:
         """The `top_k` chunks of the tenant's `collections` that best answer `query`.
 
-        `mode` picks dense (faiss), lexical (BM25) or both fused by reciprocal rank; the
-        best `candidates` of that are reranked when `rerank`. Chunks whose cosine similarity
-        to the query is below `min_score` are dropped, whichever way they were found.
+        `mode` picks dense (faiss), lexical (BM25) or both fused by reciprocal rank. With
+        `feedback`, the best first hits expand the query (pseudo-relevance feedback) and the
+        search runs again with it. The best `candidates` of that are reranked when `rerank`.
+        Chunks whose cosine similarity to the query is below `min_score` are dropped,
+        whichever way they were found.
         """
         _check_name("tenant", tenant)
         names = list(dict.fromkeys(collections))
@@ -292,15 +305,28 @@ class DocumentStore:
         if not names or top_k <= 0 or not query.strip():
             return []
         pool = max(candidates, top_k)
-        vector = self._embedder.embed([query])[0]
+        query_tokens: np.ndarray | None = None
+        if rerank:
+            # One pass of the model gives the reranker the query's token vectors too.
+            vectors, tokens = self._embedder.embed_with_tokens([query])
+            vector, query_tokens = vectors[0], tokens[0]
+        else:
+            vector = self._embedder.embed([query])[0]
         with self._sessions() as session:
             allowed = self._allowed_ids(session, tenant, names, filters)
-            rankings: list[list[int]] = []
-            if mode in ("hybrid", "dense"):
-                rankings.append(self._dense_ranking(session, tenant, names, vector, pool, allowed))
-            if mode in ("hybrid", "lexical"):
-                rankings.append(self._lexical_ranking(session, tenant, names, query, pool, allowed))
-            fused = reciprocal_rank_fusion(rankings) if mode == "hybrid" else _first_stage(rankings)
+            lexical = [
+                self._indexes.lexical(session, tenant, name)
+                for name in (names if mode in ("hybrid", "lexical") else [])
+            ]
+            search = _Search(tenant, names, mode, pool, allowed, lexical)
+            rankings = self._rankings(session, search, vector, query, [])
+            fused = fuse(rankings)
+            if feedback and fused:
+                best = top_ids(fused, FEEDBACK_CHUNKS)
+                expanded = expand_vector(vector, self._embeddings(session, tenant, best))
+                terms = _expansion_terms(search, query, best)
+                rankings = self._rankings(session, search, expanded, query, terms)
+                fused = fuse(rankings)
             pool_ids = top_ids(fused, pool)
             rows = session.execute(
                 select(Chunk, Document)
@@ -321,11 +347,46 @@ class DocumentStore:
                     )
                     for c, _ in kept
                 ]
-                reranked = self._reranker.score(query, candidates_)
-                scores = dict(zip((c.id for c, _ in kept), reranked, strict=True))
+                reranked = self._reranker.score(query, candidates_, query_tokens)
+                scores = fuse_with_reranker(
+                    rankings, [c.id for c, _ in kept], reranked, self._reranker.fusion_weight
+                )
             hits = [_hit(c, d, scores[c.id], cosines[c.id]) for c, d in kept]
         hits.sort(key=lambda hit: (-hit.score, hit.chunk_id))
         return hits[:top_k]
+
+    def _rankings(
+        self,
+        session: Session,
+        search: _Search,
+        vector: np.ndarray,
+        query: str,
+        expansion: list[str],
+    ) -> list[list[int]]:
+        rankings: list[list[int]] = []
+        if search.mode in ("hybrid", "dense"):
+            rankings.append(
+                self._dense_ranking(
+                    session, search.tenant, search.names, vector, search.pool, search.allowed
+                )
+            )
+        if search.lexical:
+            found: dict[int, float] = {}
+            for index in search.lexical:
+                found.update(index.search(query, search.pool, search.allowed, expansion))
+            rankings.append(top_ids(found, search.pool))
+        return rankings
+
+    def _embeddings(self, session: Session, tenant: str, ids: list[int]) -> np.ndarray:
+        # The tenant is checked here, not in SQL: there SQLite would pick the tenant index
+        # and scan the whole tenant's chunks instead of looking up a few primary keys.
+        rows = session.execute(select(Chunk.tenant, Chunk.embedding).where(Chunk.id.in_(ids)))
+        vectors = [
+            np.frombuffer(blob, np.float32)
+            for owner, blob in rows
+            if owner == tenant and blob is not None
+        ]
+        return np.stack(vectors) if vectors else np.zeros((0, self._embedder.dimension), np.float32)
 
     def _allowed_ids(
         self, session: Session, tenant: str, names: list[str], filters: SearchFilter | None
@@ -367,21 +428,6 @@ class DocumentStore:
                 for chunk_id, score in index.search(vector, fetch):
                     if allowed is None or chunk_id in allowed:
                         found[chunk_id] = score
-        return top_ids(found, fetch)
-
-    def _lexical_ranking(
-        self,
-        session: Session,
-        tenant: str,
-        names: list[str],
-        query: str,
-        k: int,
-        allowed: set[int] | None,
-    ) -> list[int]:
-        found: dict[int, float] = {}
-        for name in names:
-            index = self._indexes.lexical(session, tenant, name)
-            found.update(index.search(query, k, allowed))
         return top_ids(found, k)
 
     def _cosines(self, vector: np.ndarray, chunks: Sequence[Chunk]) -> dict[int, float]:
@@ -398,10 +444,25 @@ class DocumentStore:
     # Indexes -----------------------------------------------------------------------------
 
 
-def _first_stage(rankings: list[list[int]]) -> dict[int, float]:
-    """Scores that keep a single ranking's order (for dense-only or lexical-only search)."""
-    ranking = rankings[0] if rankings else []
-    return {item: float(len(ranking) - rank) for rank, item in enumerate(ranking)}
+@dataclass(frozen=True, slots=True)
+class _Search:
+    """What one search looks in: the same for its first pass and its feedback pass."""
+
+    tenant: str
+    names: list[str]
+    mode: SearchMode
+    pool: int
+    allowed: set[int] | None
+    lexical: list[LexicalIndex]
+
+
+def _expansion_terms(search: _Search, query: str, ids: list[int]) -> list[str]:
+    """The feedback terms of the chunks `ids`, over all the searched collections."""
+    weights: dict[str, float] = {}
+    for index in search.lexical:
+        for term, weight in index.expansion_terms(query, ids, FEEDBACK_TERMS):
+            weights[term] = weights.get(term, 0.0) + weight
+    return sorted(weights, key=lambda term: (-weights[term], term))[:FEEDBACK_TERMS]
 
 
 def _hit(chunk: Chunk, doc: Document, score: float, cosine: float) -> RetrievedChunk:
@@ -416,6 +477,8 @@ def _hit(chunk: Chunk, doc: Document, score: float, cosine: float) -> RetrievedC
         ordinal=chunk.ordinal,
         section=chunk.section,
         page=chunk.page,
+        char_start=chunk.char_start,
+        char_end=chunk.char_end,
         version=doc.version,
         ingested_at=doc.ingested_at,
         dense_score=cosine,

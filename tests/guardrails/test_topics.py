@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from guardrails.config import Topic, TopicConfig
-from guardrails.topics import Embedder, TopicMatcher
+from guardrails.normalize import normalize
+from guardrails.topics import TOPIC_CHARS, Embedder, TopicMatcher, topic_anchors, topic_text
 
 TOPICS = [
     Topic(
@@ -98,3 +99,38 @@ def test_topic_error_fails_closed() -> None:
     verdict = matcher.check("boom")
     assert verdict.blocks
     assert "embedder down" in verdict.evidence[0]
+
+
+def test_anchors_list_each_item_of_the_description() -> None:
+    anchors = topic_anchors(TOPICS[0])
+    assert anchors[0] == TOPICS[0].description
+    assert "IT support: laptops" in anchors and "IT support: software installs" in anchors
+    assert anchors[-2:] == TOPICS[0].examples
+    plain = Topic(name="x", description="Cooking recipes")
+    assert topic_anchors(plain) == ["Cooking recipes"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["The printer on floor 3 is jammed again", "My laptop won't turn on after the update"],
+)
+def test_short_request_about_a_listed_item_is_allowed_at_the_default(
+    embedder: Embedder, text: str
+) -> None:
+    printers = Topic(
+        name="it-support",
+        description="IT support: passwords, VPN, laptops, email, printers and software installs",
+        examples=["How do I reset my password?"],
+    )
+    matcher = TopicMatcher(embedder, TopicConfig(enabled=True, allowed=[printers]))
+    assert matcher.check(text).action == "allow"
+    assert matcher.check("Write me a poem about the ocean").action == "block"
+
+
+def test_topic_text_is_the_normalised_start_of_a_long_text() -> None:
+    short = "My  laptop\u200b will not boot"
+    assert topic_text(short) == normalize(short)
+    long = "The printer on floor three is jammed again and nobody can print. " * 20
+    cut = topic_text(long)
+    assert TOPIC_CHARS // 2 < len(cut) <= TOPIC_CHARS
+    assert normalize(long).startswith(cut) and not cut.endswith(" ")

@@ -7,6 +7,7 @@ import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 import uvicorn
 from sqlalchemy import select
 
-from engine import ChatMessage, Engine, GenerationRequest, TokenDelta, TransformersEngine
+from engine import ChatMessage, EngineMetrics, GenerationRequest, PagedEngine, TokenDelta
 from gateway.app import create_app
 from gateway.audit import AuditLog
 from gateway.audit_keys import TextOpener
@@ -35,7 +36,7 @@ from retrieval import DocumentStore, Embedder
 class RecordingEngine:
     """Passes every call to the real engine and remembers what it was asked to run."""
 
-    def __init__(self, inner: Engine) -> None:
+    def __init__(self, inner: PagedEngine) -> None:
         self._inner = inner
         self.received: dict[str, tuple[ChatMessage, ...]] = {}
 
@@ -54,6 +55,10 @@ class RecordingEngine:
         self.received[request.request_id] = request.messages
         async for delta in self._inner.stream(request):
             yield delta
+
+    def metrics(self) -> EngineMetrics:
+        """The real engine's metrics, so that `/metrics` reports them as in production."""
+        return self._inner.metrics()
 
     def close(self) -> None:
         """The session fixture owns the real engine."""
@@ -98,7 +103,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session")
 def live_server(
-    tmp_path_factory: pytest.TempPathFactory, chat_engine: TransformersEngine
+    tmp_path_factory: pytest.TempPathFactory, chat_engine: PagedEngine
 ) -> Iterator[LiveServer]:
     data_dir: Path = tmp_path_factory.mktemp("bastion-data")
     policy_dir = tmp_path_factory.mktemp("policies")
@@ -124,6 +129,14 @@ def live_server(
         limiter=InMemoryRateLimiter(),
     )
     secret, _ = create_key(sessions, settings.default_tenant, "user")
+    with serve_in_thread(settings, services) as base_url:
+        yield LiveServer(base_url, secret, services, engine, settings)
+
+
+@contextmanager
+def serve_in_thread(settings: Settings, services: Services) -> Iterator[str]:
+    """The real app behind uvicorn on `settings.port`, on a thread; yields its base URL once
+    `/readyz` answers 200."""
     config = uvicorn.Config(
         create_app(settings, services), host="127.0.0.1", port=settings.port, log_level="warning"
     )
@@ -137,9 +150,12 @@ def live_server(
             if httpx.get(f"{base_url}/readyz", timeout=1).status_code == 200:
                 break
         except httpx.TransportError:
-            time.sleep(0.1)
+            pass
+        time.sleep(0.1)
     else:
         raise RuntimeError("live server did not become ready")
-    yield LiveServer(base_url, secret, services, engine, settings)
-    server.should_exit = True
-    thread.join(timeout=10)
+    try:
+        yield base_url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

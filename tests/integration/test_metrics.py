@@ -52,3 +52,46 @@ def test_metrics_count_requests_and_verdicts(live_server: LiveServer) -> None:
     assert metric(text, verdicts, check="prompt_injection", action="block") >= 1
     assert metric(text, "bastion_tokens_total", kind="completion") > 0
     assert re.search(r"^bastion_request_seconds_bucket", text, re.MULTILINE)
+
+
+def test_metrics_cover_routes_engine_and_latency(live_server: LiveServer) -> None:
+    base = live_server.base_url
+    before = httpx.get(f"{base}/metrics", timeout=10).text
+    headers = {"authorization": f"Bearer {live_server.api_key}"}
+    with httpx.stream(
+        "POST",
+        f"{base}/v1/chat/completions",
+        headers=headers,
+        timeout=120,
+        json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "stream": True},
+    ) as response:
+        assert response.status_code == 200
+        response.read()
+    httpx.get(f"{base}/v1/models", timeout=10)  # no key: 401
+    httpx.get(f"{base}/no/such/route/42", timeout=10)
+    text = httpx.get(f"{base}/metrics", timeout=10).text
+
+    # Every route counts, by its template, method and status; unknown paths share a label.
+    responses = "bastion_http_responses_total"
+    for labels in (
+        {"route": "/v1/chat/completions", "method": "POST", "status": "200"},
+        {"route": "/v1/models", "method": "GET", "status": "401"},
+        {"route": "unmatched", "method": "GET", "status": "404"},
+    ):
+        assert metric(text, responses, **labels) == metric(before, responses, **labels) + 1
+    assert "/no/such/route/42" not in text
+    ttft = "bastion_time_to_first_token_seconds_count"
+    assert metric(text, ttft) == metric(before, ttft) + 1
+    assert metric(text, "bastion_request_seconds_count", endpoint="/v1/chat/completions") > 0
+    # The engine's own state: throughput, queue depth, KV blocks, prefix-cache hit rate.
+    for field in (
+        "generation_tokens_per_second",
+        "waiting",
+        "running",
+        "kv_blocks_total",
+        "kv_blocks_used",
+        "prefix_cache_hit_rate",
+    ):
+        assert re.search(rf'^bastion_engine{{field="{field}"}} ', text, re.MULTILINE), field
+    assert metric(text, "bastion_engine", field="kv_blocks_total") > 0
+    assert metric(text, "bastion_engine", field="generated_tokens") > 0

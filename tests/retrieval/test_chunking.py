@@ -87,3 +87,37 @@ def test_sizes_can_be_counted_in_tokens_and_chunks_keep_section_and_page() -> No
     assert {(c.section, c.page) for c in chunks} == {("Guide", 7)}
     nested = markdown_sections("# A\n\ntext\n\n## B\n\nmore\n\n# C\n\nend")
     assert [s.path for s in nested] == [None, "A", "A > B", "C"]
+
+
+def _words_at(text: str, start: int, end: int) -> list[str]:
+    return text[start:end].split()
+
+
+def test_chunk_spans_locate_each_chunk_in_the_document() -> None:
+    long_sentence = " ".join(f"word{i}" for i in range(60)) + "."
+    text = (
+        "Preamble line one\r\nwraps here.\r\n\r\n# Alpha  \n\n"
+        + _sentences(12).replace(". ", ".\n", 3)
+        + "\n\n   \n## Beta\n"
+        + long_sentence
+        + "\n\nTail paragraph.\n"
+    )
+    chunks = chunk_sections(markdown_sections(text), max_size=120, overlap=30)
+    assert len(chunks) > 5
+    for chunk in chunks:
+        # Same words in the same order: only the whitespace between them may differ.
+        assert _words_at(text, chunk.start, chunk.end) == chunk.text.split(), chunk
+        assert text[chunk.start] == chunk.text[0] and text[chunk.end - 1] == chunk.text[-1]
+    assert chunks[0].start == 0
+    assert text[chunks[1].start :].startswith("# Alpha")
+    assert chunks[-1].end == text.index("Tail paragraph.") + len("Tail paragraph.")
+    starts = [c.start for c in chunks]
+    assert starts == sorted(starts)
+    # Overlapping chunks overlap in the document too.
+    alpha = [c for c in chunks if c.section == "Alpha"]
+    assert any(b.start < a.end for a, b in itertools.pairwise(alpha))
+
+
+def test_sections_offsets_default_to_the_start_of_a_standalone_body() -> None:
+    chunks = chunk_sections([Section(None, "  One.\n\nTwo.", None)], max_size=5, overlap=0)
+    assert [(c.text, c.start, c.end) for c in chunks] == [("One.", 2, 6), ("Two.", 8, 12)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 from sqlalchemy.orm import Session, sessionmaker
 
 from retrieval import (
@@ -13,6 +14,9 @@ from retrieval import (
     LateInteractionReranker,
     SearchFilter,
 )
+from retrieval.hybrid_search import expand_vector, fuse_with_reranker
+from retrieval.lexical import LexicalIndex
+from retrieval.rerank import max_sim
 
 PARTS = {
     "/kb/pumps.md": "# Pump maintenance\n\nReplace worn pump seals and check the impeller "
@@ -97,3 +101,60 @@ def test_bm25_sees_changes_made_by_another_process(
     assert [hit.source for hit in hits] == ["/kb/new.md"]
     cli.delete_document("acme", ids["/kb/catalogue.md"])
     assert server.search("acme", ["kb"], "QX-7731-B", mode="lexical", rerank=False) == []
+
+
+def test_max_sim_over_many_documents_at_once_equals_one_at_a_time() -> None:
+    rng = np.random.default_rng(0)
+    query = rng.standard_normal((7, 16)).astype(np.float32)
+    documents = [rng.standard_normal((n, 16)).astype(np.float32) for n in (3, 0, 12, 1)]
+    expected = [float((query @ d.T).max(axis=1).mean()) if len(d) else 0.0 for d in documents]
+    assert np.allclose(max_sim(query, documents), expected, atol=1e-5)
+    assert max_sim(query[:0], documents).tolist() == [0.0] * 4
+
+
+def test_reranker_ranking_is_final_or_fused_by_its_weight() -> None:
+    first_stage = [[1, 2, 3], [1, 3, 2]]
+    reranked = [0.1, 0.9, 0.5]  # for ids 1, 2, 3: the reranker prefers 2
+    final = fuse_with_reranker(first_stage, [1, 2, 3], reranked, None)
+    assert max(final, key=final.__getitem__) == 2
+    # Half a vote cannot overrule two first-stage rankings that agree on the top.
+    fused = fuse_with_reranker(first_stage, [1, 2, 3], reranked, 0.5)
+    assert sorted(fused, key=lambda i: -fused[i]) == [1, 2, 3]
+
+
+def test_feedback_terms_come_from_the_best_hits_and_not_the_query() -> None:
+    index = LexicalIndex(
+        [1, 2, 3],
+        ["turbine blade flutter", "flutter of a turbine blade at resonance", "pump seals"],
+        fingerprint=None,
+    )
+    terms = [term for term, _ in index.expansion_terms("blade flutter", [1, 2], 5)]
+    assert set(terms) == {"turbine", "resonance"}
+    found = index.search("resonance", 3)
+    expanded = index.search("resonance", 3, expansion=["turbine"])
+    assert [i for i, _ in found] == [2] and [i for i, _ in expanded][:2] == [2, 1]
+
+
+def test_feedback_finds_a_related_chunk_that_shares_no_query_word(store: DocumentStore) -> None:
+    store.ingest_texts(
+        "acme",
+        "kb",
+        [
+            ("/kb/a.md", "Compressor surge: the compressor stalls and airflow reverses."),
+            ("/kb/b.md", "Airflow reverses when a compressor stalls near its peak."),
+            ("/kb/c.md", "The cafeteria opens at noon."),
+        ],
+    )
+    query = "surge"
+    plain = store.search("acme", ["kb"], query, top_k=3, mode="lexical", feedback=False)
+    assert [hit.source for hit in plain] == ["/kb/a.md"]
+    expanded = store.search("acme", ["kb"], query, top_k=3, mode="lexical", feedback=True)
+    assert [hit.source for hit in expanded][:2] == ["/kb/a.md", "/kb/b.md"]
+    assert "/kb/c.md" not in {hit.source for hit in expanded}
+
+
+def test_expanded_vector_moves_toward_the_feedback_and_stays_unit() -> None:
+    query = np.array([1.0, 0.0, 0.0], np.float32)
+    moved = expand_vector(query, np.array([[0.0, 1.0, 0.0], [0.0, 1.0, 0.0]], np.float32))
+    assert np.isclose(np.linalg.norm(moved), 1.0) and moved[1] > 0 and moved[0] > 0
+    assert expand_vector(query, np.zeros((0, 3), np.float32)) is query

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from retrieval import DocumentStore
+from retrieval import DocumentStore, chunk_sections
 from retrieval.loaders import UnsupportedDocumentError, parse_document
 from tests.retrieval._pdf import minimal_pdf
 
@@ -89,3 +89,25 @@ def test_ingest_bytes_names_the_source_and_sniffs_pdf(store: DocumentStore) -> N
         "1",
         1,
     )
+
+
+def test_html_and_pdf_chunk_spans_index_the_extracted_text() -> None:
+    for parsed in (
+        parse_document("guide.html", HTML),
+        parse_document("manual.pdf", minimal_pdf(["Cover page.", "Torque the bolts to 40 Nm."])),
+    ):
+        chunks = chunk_sections(parsed.sections, max_size=40, overlap=0)
+        assert len(chunks) >= 2
+        for chunk in chunks:
+            assert parsed.text[chunk.start : chunk.end].split() == chunk.text.split()
+    assert parsed.text[chunks[-1].start : chunks[-1].end] == "Torque the bolts to 40 Nm."
+    assert chunks[-1].page == 2
+
+
+def test_search_hits_carry_their_span_in_the_uploaded_file(store: DocumentStore) -> None:
+    text = "# Hangar\n\nDoors open at six.\n\n## Fuel\n\nThe fuel truck parks by gate B.\n"
+    store.ingest_bytes("acme", "ops", "hangar.md", text.encode("utf-8"))
+    hit = store.search("acme", ["ops"], "where does the fuel truck park", top_k=1)[0]
+    assert (hit.section, hit.page) == ("Hangar > Fuel", None)
+    assert hit.char_start is not None and hit.char_end is not None
+    assert text[hit.char_start : hit.char_end] == "## Fuel\n\nThe fuel truck parks by gate B."
