@@ -15,6 +15,7 @@ from sqlalchemy.exc import OperationalError
 
 from engine import PagedEngine, TransformersEngine, default_model_source
 from engine.model_source import load_pretrained
+from tests.log_scan import LogScanner
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -65,3 +66,8 @@ def postgres_url() -> Iterator[str]:
         with admin.begin() as conn:
             conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
         admin.dispose()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Scan every test's captured logs for PII and API keys (tests/log_scan.py)."""
+    config.pluginmanager.register(LogScanner(), "bastion-log-scan")
