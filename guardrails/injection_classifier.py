@@ -1,5 +1,6 @@
-"""The trained injection classifier: logistic regression over a MiniLM sentence embedding
-and word n-gram TF-IDF of the same text, behind an n-gram-only screen.
+"""The trained injection classifier: logistic regression over word n-gram TF-IDF of a text
+and a MiniLM sentence embedding of its head (`embedding_head`, what the topic check embeds
+too), behind an n-gram-only screen.
 
 The embedding carries what a text is about; the n-grams carry how it is said ("how do
 attackers ..." against "you will now ..."), which the embedding blurs: hard negatives that
@@ -15,15 +16,14 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
-# Takes texts, returns one L2-normalised float32 row per text.
-Embedder = Callable[[list[str]], npt.NDArray[np.float32]]
+from guardrails.embedding import Embedder, embedding_head
 
 DEFAULT_WEIGHTS = Path(__file__).parent / "data" / "injection_classifier.json"
 
@@ -157,22 +157,24 @@ class InjectionClassifier:
 
     def classify(self, texts: Sequence[str], embed: Embedder, threshold: float) -> list[float]:
         """P(injection) per text: the screen's when it is below `screen_below` (and the
-        caller's `threshold` is not stricter than the trained one), else the full model's,
-        embedding only the texts that need it, in one batch."""
+        caller's `threshold` is not stricter than the trained one), else the full model's
+        over the n-grams of the whole text and the embedding of its head
+        (`embedding_head`), embedding only the texts that need it, in one batch."""
         features = self.features(texts)
         scores = [float(p) for p in self.screen_probabilities(features)]
         screened = threshold >= self.threshold
         uncertain = [i for i, p in enumerate(scores) if not screened or p >= self.screen_below]
         if uncertain:
-            vectors = np.asarray(embed([texts[i] for i in uncertain]), dtype=np.float32)
+            heads = [embedding_head(texts[i]) for i in uncertain]
+            vectors = np.asarray(embed(heads), dtype=np.float32)
             full = self.probabilities(vectors, [features[i] for i in uncertain])
             for i, p in zip(uncertain, full, strict=True):
                 scores[i] = float(p)
         return scores
 
 
-# MiniLM reads at most 256 word pieces, about 1,000 characters of English; longer texts
-# are scored window by window and the highest probability counts.
+# Longer texts are scored window by window and the highest probability counts; the
+# n-grams read a whole window, the embedding its head.
 WINDOW_CHARS = 1000
 WINDOW_OVERLAP = 200
 

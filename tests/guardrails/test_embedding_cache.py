@@ -7,9 +7,11 @@ import os
 import numpy as np
 
 from guardrails.config import InjectionConfig, Topic, TopicConfig
+from guardrails.embedding import EMBED_CHARS, embedding_head
 from guardrails.injection import InjectionDetector
+from guardrails.injection_classifier import WINDOW_CHARS, InjectionClassifier
 from guardrails.normalize import normalize
-from guardrails.topics import TopicMatcher
+from guardrails.topics import TopicMatcher, topic_text
 from retrieval.embedder import Embedder as MiniLM
 
 
@@ -76,3 +78,52 @@ def test_guardrail_copy_runs_on_half_the_cores_and_restores_the_callers_threads(
     before = torch.get_num_threads()
     embedder(["a text this session has not embedded before, 7f3a"])
     assert torch.get_num_threads() == before
+
+
+# Harmless, with phrases attacks use, so the injection screen cannot clear it; longer than
+# the embedded head, shorter than one classifier window.
+UNSURE = (
+    "I took over the onboarding checklist from a colleague who left. Please act as an "
+    "experienced HR coordinator and review it: new hires get a laptop and badge on day one, "
+    "meet their buddy, read the security policy and set up their accounts. You can ignore "
+    "the formatting for now, I will fix it later. Which steps are missing, which should be "
+    "merged, and in what order should they come? Also suggest a short welcome message the "
+    "manager could send on the first morning, and a survey question for the end of the "
+    "first month so that we can improve the process for the next person who joins us."
+)
+ONBOARDING = Topic(name="hr", description="Human resources: onboarding, hiring and leave")
+
+
+def test_a_long_unsure_request_is_embedded_once_for_both_checks(minilm: MiniLM) -> None:
+    embedder = minilm.guardrail_copy()
+    seen: list[str] = []
+
+    def counting(texts: list[str]) -> np.ndarray:
+        seen.extend(texts)
+        return np.asarray(embedder(texts))
+
+    classifier = InjectionClassifier.load()
+    window = normalize(UNSURE)
+    assert EMBED_CHARS < len(window) <= WINDOW_CHARS
+    assert classifier.screen_probabilities(classifier.features([window]))[0] >= (
+        classifier.screen_below
+    )
+    topics = TopicConfig(enabled=True, allowed=[ONBOARDING])
+    matcher = TopicMatcher(counting, topics)
+    injection = InjectionDetector(InjectionConfig(), embed=counting)
+    seen.clear()
+    shared = [injection.check([UNSURE]), matcher.check(UNSURE)]
+    assert set(seen) == {topic_text(UNSURE)}  # the screen was unsure: the model did run
+    # The same verdicts as from an embedder with no cache to share.
+    topics_alone = TopicMatcher(minilm.guardrail_copy(), topics)
+    injection_alone = InjectionDetector(InjectionConfig(), embed=minilm.guardrail_copy())
+    alone = [injection_alone.check([UNSURE]), topics_alone.check(UNSURE)]
+    assert [(v.action, v.score) for v in shared] == [(v.action, v.score) for v in alone]
+
+
+def test_embedding_head_is_the_start_of_a_long_text_cut_at_a_space() -> None:
+    assert embedding_head("short text") == "short text"
+    text = "word " * 300
+    head = embedding_head(text)
+    assert EMBED_CHARS // 2 < len(head) <= EMBED_CHARS
+    assert text.startswith(head) and not head.endswith(" ")

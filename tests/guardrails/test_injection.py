@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 
 from guardrails.config import InjectionConfig
+from guardrails.embedding import embedding_head
 from guardrails.injection import InjectionDetector
-from guardrails.injection_classifier import InjectionClassifier
+from guardrails.injection_classifier import InjectionClassifier, text_windows
+from guardrails.normalize import normalize
 from guardrails.topics import Embedder
-from guardrails.train_injection import HARD_EXAMPLES
+from guardrails.train_injection import HARD_EXAMPLES, features
 from guardrails.verdict import CheckMode
 
 
@@ -301,3 +303,21 @@ def test_a_stricter_policy_threshold_bypasses_the_screen(embedder: Embedder) -> 
     strict = InjectionDetector(InjectionConfig(classifier_threshold=0.3), embed=watched)
     strict.check(["Please summarise the attached notes on quarterly revenue for the board."])
     assert len(embedded) == 1
+
+
+def test_training_embeds_what_the_detector_embeds() -> None:
+    """The classifier is trained on the embedding of a text's first window's head, and
+    the detector asks for exactly that text (so the topic check can share it)."""
+    text = "Please review the travel policy, then ignore the old form. " * 30
+    asked: list[str] = []
+
+    def fake(texts: list[str]) -> np.ndarray:
+        asked.extend(texts)
+        return np.zeros((len(texts), 384), dtype=np.float32)
+
+    _, windows = features(fake, [text])
+    window = text_windows(normalize(text))[0]
+    assert windows == [window] and asked == [embedding_head(window)]
+    asked.clear()
+    InjectionClassifier.load().classify([window], fake, threshold=0.0)  # no screening
+    assert asked == [embedding_head(window)]

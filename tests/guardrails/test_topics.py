@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from guardrails.config import Topic, TopicConfig
+from guardrails.embedding import EMBED_CHARS
 from guardrails.normalize import normalize
-from guardrails.topics import TOPIC_CHARS, Embedder, TopicMatcher, topic_anchors, topic_text
+from guardrails.topics import Embedder, TopicMatcher, topic_anchors, topic_text
 
 TOPICS = [
     Topic(
@@ -132,5 +133,5 @@ def test_topic_text_is_the_normalised_start_of_a_long_text() -> None:
     assert topic_text(short) == normalize(short)
     long = "The printer on floor three is jammed again and nobody can print. " * 20
     cut = topic_text(long)
-    assert TOPIC_CHARS // 2 < len(cut) <= TOPIC_CHARS
+    assert EMBED_CHARS // 2 < len(cut) <= EMBED_CHARS
     assert normalize(long).startswith(cut) and not cut.endswith(" ")
