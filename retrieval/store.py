@@ -91,9 +91,14 @@ class DocumentStore:
         chunk_size: int | None = None,
         chunk_overlap: int | None = None,
         approximate_above: int = APPROXIMATE_ABOVE,
+        query_embedder: Embedder | None = None,
     ) -> None:
         self._sessions = session_factory
         self._embedder = embedder
+        # Queries may go through a faster copy of the same model (the gateway passes the
+        # bf16 guardrail copy: cosine 0.9999 to float32, and it has often just embedded the
+        # same user message); documents always go through `embedder`.
+        self._query_embedder = query_embedder or embedder
         self._reranker = reranker if reranker is not None else LateInteractionReranker(embedder)
         self._count = count_tokens if count_tokens is not None else len
         self._chunk_size = chunk_size or (200 if count_tokens else 800)
@@ -308,10 +313,10 @@ class DocumentStore:
         query_tokens: np.ndarray | None = None
         if rerank:
             # One pass of the model gives the reranker the query's token vectors too.
-            vectors, tokens = self._embedder.embed_with_tokens([query])
+            vectors, tokens = self._query_embedder.embed_with_tokens([query])
             vector, query_tokens = vectors[0], tokens[0]
         else:
-            vector = self._embedder.embed([query])[0]
+            vector = self._query_embedder.embed([query])[0]
         with self._sessions() as session:
             allowed = self._allowed_ids(session, tenant, names, filters)
             lexical = [

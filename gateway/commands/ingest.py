@@ -1,4 +1,5 @@
-"""`bastion ingest`: add files or folders to a tenant's collection."""
+"""`bastion ingest` adds files or folders to a tenant's collection; `bastion reindex`
+rebuilds collections' vector indexes from the database (after a crash or a lost file)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     ingest.add_argument("--tenant", required=True)
     add_data_dir(ingest)
     ingest.set_defaults(run=run)
+    reindex = commands.add_parser(
+        "reindex", help="rebuild vector indexes from the database (all collections by default)"
+    )
+    reindex.add_argument("--tenant", help="only this tenant's collections")
+    reindex.add_argument("--collection", help="only collections of this name")
+    add_data_dir(reindex)
+    reindex.set_defaults(run=run_reindex)
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
@@ -37,4 +45,29 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         documents=[r.document_id for r in results if r.status != "unchanged"],
     )
     print(f"{len(results)} documents: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    return 0
+
+
+def run_reindex(settings: Settings, args: argparse.Namespace) -> int:
+    from sqlalchemy import select
+
+    from gateway.services import open_database
+    from retrieval import DocumentStore, Embedder
+    from retrieval.models import Document
+
+    sessions = open_database(settings)
+    query = select(Document.tenant, Document.collection).distinct()
+    if args.tenant:
+        query = query.where(Document.tenant == args.tenant)
+    if args.collection:
+        query = query.where(Document.collection == args.collection)
+    with sessions() as session:
+        pairs = sorted((row[0], row[1]) for row in session.execute(query))
+    if not pairs:
+        print("no matching collections")
+        return 1
+    store = DocumentStore(sessions, Embedder.load(), settings.index_dir)
+    for tenant, collection in pairs:
+        vectors = store.rebuild_index(tenant, collection)
+        print(f"{tenant}/{collection}: {vectors} vectors")
     return 0

@@ -76,6 +76,32 @@ def test_ingest_adds_searchable_documents(
     assert found and found[0].source.endswith("parking.md")
 
 
+def test_reindex_rebuilds_lost_vector_files_from_the_database(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "parking.md").write_text("# Parking\nVisitors park in the north garage, level 2.\n")
+    (docs / "lunch.txt").write_text("The canteen serves lunch from 11:30 to 14:00.\n")
+    assert main(["ingest", str(docs), "--collection", "handbook", "--tenant", "acme"]) == 0
+    settings = Settings(data_dir=data_dir)
+    lost = [p for p in settings.index_dir.rglob("*") if p.is_file()]
+    assert lost
+    for path in lost:
+        path.unlink()
+    question = "where can guests leave their car?"
+    store = DocumentStore(open_database(settings), Embedder.load(), settings.index_dir)
+    assert store.search("acme", ["handbook"], question, mode="dense") == []
+    capsys.readouterr()
+
+    assert main(["reindex", "--tenant", "acme"]) == 0
+    assert "acme/handbook: 2 vectors" in capsys.readouterr().out
+    store = DocumentStore(open_database(settings), Embedder.load(), settings.index_dir)
+    found = store.search("acme", ["handbook"], question, top_k=1, mode="dense")
+    assert found and found[0].source.endswith("parking.md")
+    assert main(["reindex", "--tenant", "nobody"]) == 1
+
+
 def test_audit_verify_and_checkpoint(
     data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -31,6 +31,18 @@ def search(live_server: LiveServer, headers: dict[str, str], query: str) -> http
     )
 
 
+def cited(live_server: LiveServer, headers: dict[str, str], question: str) -> set[str]:
+    """The document ids a chat answer cites."""
+    response = httpx.post(
+        f"{live_server.base_url}/v1/chat/completions",
+        headers=headers,
+        json={"messages": [{"role": "user", "content": question}], "max_tokens": 2},
+        timeout=120,
+    )
+    assert response.status_code == 200, response.text
+    return {c["document_id"] for c in response.json()["citations"]}
+
+
 def test_upload_search_list_get_delete(live_server: LiveServer, admin: dict[str, str]) -> None:
     base = live_server.base_url
     uploaded = httpx.post(
@@ -47,6 +59,7 @@ def test_upload_search_list_get_delete(live_server: LiveServer, admin: dict[str,
     user = {"authorization": f"Bearer {live_server.api_key}"}
     hits = search(live_server, user, "where can I store my bike at the office?").json()["data"]
     assert hits and hits[0]["document_id"] == document_id
+    assert document_id in cited(live_server, user, "Where can I store my bike at the office?")
     assert hits[0]["title"] == "Northwind Bicycle Policy"
 
     listing = httpx.get(f"{base}/documents", headers=admin, timeout=30).json()["data"]
@@ -60,6 +73,7 @@ def test_upload_search_list_get_delete(live_server: LiveServer, admin: dict[str,
     )
     after = search(live_server, user, "where can I store my bike at the office?").json()["data"]
     assert document_id not in {h["document_id"] for h in after}
+    assert document_id not in cited(live_server, user, "Where can I store my bike at the office?")
     assert (
         httpx.get(f"{base}/documents/{document_id}", headers=admin, timeout=30).status_code == 404
     )

@@ -219,3 +219,25 @@ def test_same_content_under_another_source_is_a_duplicate(store: DocumentStore) 
     assert [d.source for d in store.list_documents("acme", "kb")] == ["/kb/a.md", "/kb/c.md"]
     # Another collection of the same tenant is separate.
     assert store.ingest_text("acme", "other", "/kb/b.md", VPN).status == "created"
+
+
+def test_a_reduced_precision_query_embedder_ranks_like_the_document_one(
+    session_factory: sessionmaker[Session], index_dir: Path, embedder: Embedder
+) -> None:
+    """The gateway embeds queries with the bf16 copy; the documents keep float32."""
+    exact = DocumentStore(session_factory, embedder, index_dir)
+    _ingest_handbook(exact)
+    fast = DocumentStore(
+        session_factory, embedder, index_dir, query_embedder=embedder.guardrail_copy()
+    )
+    for question in (
+        "How many vacation days do I get?",
+        "When are travel receipts reimbursed?",
+        "How do I connect to internal systems from home?",
+    ):
+        for rerank in (False, True):
+            expected = exact.search("acme", ["handbook"], question, top_k=3, rerank=rerank)
+            found = fast.search("acme", ["handbook"], question, top_k=3, rerank=rerank)
+            assert [c.chunk_id for c in found] == [c.chunk_id for c in expected]
+            for a, b in zip(found, expected, strict=True):
+                assert a.score == pytest.approx(b.score, abs=0.01)
