@@ -27,11 +27,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from doc_section import write_section
+
 from engine import EngineConfig, PagedEngine, SamplingParams, default_model_source
 from engine.model_source import load_pretrained
-
-DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
-START, END = "<!-- engine:start -->", "<!-- engine:end -->"
 
 
 @dataclass
@@ -73,6 +72,36 @@ async def timed_streams(
         return first, time.perf_counter() - started, count
 
     return list(await asyncio.gather(*(one(p) for p in prompts)))
+
+
+def decode_rate(engine: PagedEngine, prompt: list[int], params: SamplingParams) -> float:
+    """One stream's decode tok/s, the first token (prefill) left out."""
+    ((ttft, total, count),) = asyncio.run(timed_streams(engine, [prompt], params))
+    return (count - 1) / (total - ttft)
+
+
+def concurrent_rate(engine: PagedEngine, prompts: list[list[int]], params: SamplingParams) -> float:
+    """Generated tok/s in total, all `prompts` submitted at once."""
+    started = time.perf_counter()
+    results = asyncio.run(timed_streams(engine, prompts, params))
+    return sum(r[2] for r in results) / (time.perf_counter() - started)
+
+
+def cold_ttfts(engine: PagedEngine, prompts: list[list[int]]) -> list[float]:
+    """Times to first token of `prompts` submitted at once, the prefix cache emptied first."""
+    engine.call(lambda core: core.blocks.reset_prefix_cache())
+    return [r[0] for r in asyncio.run(timed_streams(engine, prompts, SamplingParams(8)))]
+
+
+def ttft_cell(ttfts: list[float]) -> str:
+    return f"{statistics.mean(ttfts):.2f} (median {statistics.median(ttfts):.2f})"
+
+
+def variant(hf: Any, tokenizer: Any, model_id: str, config: EngineConfig) -> PagedEngine:
+    """Another engine over the same weights, warmed up."""
+    engine = PagedEngine.from_hf_model(hf, tokenizer, model_id, "cpu", config=config)
+    engine.generate([prompt_ids(64, 0)], SamplingParams(max_tokens=2, ignore_eos=True))
+    return engine
 
 
 def hf_generate(model: Any, prompts: list[list[int]], new_tokens: int) -> float:
@@ -140,8 +169,7 @@ def main() -> None:
     # 1. One stream: 128-token prompt, 128 new tokens; decode rate excludes the first token.
     prompt = prompt_ids(128, 1)
     params = SamplingParams(max_tokens=new_tokens, ignore_eos=True)
-    ((ttft, total, count),) = asyncio.run(timed_streams(engine, [prompt], params))
-    engine_decode = (count - 1) / (total - ttft)
+    engine_decode = decode_rate(engine, prompt, params)
     hf_one = hf_generate(hf, [prompt], 1)
     hf_all = hf_generate(hf, [prompt], new_tokens)
     hf_decode = (new_tokens - 1) / (hf_all - hf_one)
@@ -158,9 +186,7 @@ def main() -> None:
 
     # 2. 16 concurrent requests of ~110 tokens, 128 new each: total generated tok/s.
     prompts = [prompt_ids(100 + 2 * i, 10 + i) for i in range(concurrency)]
-    started = time.perf_counter()
-    results = asyncio.run(timed_streams(engine, prompts, params))
-    engine_tps = sum(r[2] for r in results) / (time.perf_counter() - started)
+    engine_tps = concurrent_rate(engine, prompts, params)
     hf_tps = concurrency * new_tokens / hf_generate(hf, prompts, new_tokens)
     rows.append(
         Row(
@@ -176,13 +202,12 @@ def main() -> None:
     # 3. 16 concurrent requests sharing an 800-token prefix: mean time to first token.
     shared = prompt_ids(800, 50)
     prefixed = [shared + prompt_ids(20, 60 + i) for i in range(concurrency)]
-    engine.call(lambda core: core.blocks.reset_prefix_cache())
-    ttfts = [r[0] for r in asyncio.run(timed_streams(engine, prefixed, SamplingParams(8)))]
+    ttfts = cold_ttfts(engine, prefixed)
     hit_rate = engine.metrics().prefix_cache_hit_rate
     rows.append(
         Row(
             f"{concurrency} concurrent sharing an 800-token prefix: mean TTFT s",
-            f"{statistics.mean(ttfts):.2f} (median {statistics.median(ttfts):.2f})",
+            ttft_cell(ttfts),
             "-",
             "-",
             "<= 1.5 s",
@@ -199,18 +224,10 @@ def main() -> None:
     hf_bf16_prefill = 1024 / hf_prefill_seconds(hf_bf16, long_prompt, repeats)
     del hf_bf16
     bf16_config = EngineConfig(kv_cache_mb=128, dtype="bfloat16")
-    bf16_engine = PagedEngine.from_hf_model(
-        hf, tokenizer, source.model_id, "cpu", config=bf16_config
-    )
-    bf16_engine.generate([prompt_ids(64, 0)], SamplingParams(max_tokens=2, ignore_eos=True))
+    bf16_engine = variant(hf, tokenizer, source.model_id, bf16_config)
     engine_bf16_prefill = 1024 / engine_prefill_seconds(bf16_engine, long_prompt, repeats)
-    started = time.perf_counter()
-    results = asyncio.run(timed_streams(bf16_engine, prompts, params))
-    bf16_tps = sum(r[2] for r in results) / (time.perf_counter() - started)
-    bf16_engine.call(lambda core: core.blocks.reset_prefix_cache())
-    bf16_ttfts = [
-        r[0] for r in asyncio.run(timed_streams(bf16_engine, prefixed, SamplingParams(8)))
-    ]
+    bf16_tps = concurrent_rate(bf16_engine, prompts, params)
+    bf16_ttfts = cold_ttfts(bf16_engine, prefixed)
     bf16_engine.close()
     rows.append(
         Row(
@@ -235,7 +252,7 @@ def main() -> None:
     rows.append(
         Row(
             "800-token shared prefix, engine in bf16: mean TTFT s",
-            f"{statistics.mean(bf16_ttfts):.2f} (median {statistics.median(bf16_ttfts):.2f})",
+            ttft_cell(bf16_ttfts),
             "-",
             "-",
             "<= 1.5 s",
@@ -245,19 +262,10 @@ def main() -> None:
 
     # 5. The serving default on CPU: int8 projection weights, bf16 activations.
     int8_config = EngineConfig(kv_cache_mb=128, int8_weights=True)
-    int8_engine = PagedEngine.from_hf_model(
-        hf, tokenizer, source.model_id, "cpu", config=int8_config
-    )
-    int8_engine.generate([prompt_ids(64, 0)], SamplingParams(max_tokens=2, ignore_eos=True))
-    ((ttft, total, count),) = asyncio.run(timed_streams(int8_engine, [prompt], params))
-    int8_decode = (count - 1) / (total - ttft)
-    started = time.perf_counter()
-    results = asyncio.run(timed_streams(int8_engine, prompts, params))
-    int8_tps = sum(r[2] for r in results) / (time.perf_counter() - started)
-    int8_engine.call(lambda core: core.blocks.reset_prefix_cache())
-    int8_ttfts = [
-        r[0] for r in asyncio.run(timed_streams(int8_engine, prefixed, SamplingParams(8)))
-    ]
+    int8_engine = variant(hf, tokenizer, source.model_id, int8_config)
+    int8_decode = decode_rate(int8_engine, prompt, params)
+    int8_tps = concurrent_rate(int8_engine, prompts, params)
+    int8_ttfts = cold_ttfts(int8_engine, prefixed)
     int8_engine.close()
     rows += [
         Row(
@@ -276,7 +284,7 @@ def main() -> None:
         ),
         Row(
             "engine with int8 weights: 800-token shared prefix, mean TTFT s",
-            f"{statistics.mean(int8_ttfts):.2f} (median {statistics.median(int8_ttfts):.2f})",
+            ttft_cell(int8_ttfts),
             "-",
             "-",
             "<= 1.5 s",
@@ -314,7 +322,8 @@ def main() -> None:
     section = render(rows, threads, load_before, elapsed, quick, args)
     print(section)
     if not args.no_write:
-        write_section(section)
+        write_section("engine", section.rstrip("\n"))
+        print("wrote the engine section of docs/benchmarks.md")
 
 
 def cpu_name() -> str:
@@ -347,16 +356,6 @@ def render(
     ]
     lines += [f"| {r.name} | {r.engine} | {r.baseline} | {r.ratio} | {r.goal} |" for r in rows]
     return "\n".join(lines) + "\n"
-
-
-def write_section(section: str) -> None:
-    text = DOC.read_text()  # re-read right before writing: others edit their own sections
-    if START not in text or END not in text:
-        raise SystemExit(f"{DOC} lacks the {START} ... {END} markers")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    DOC.write_text(f"{head}{START}\n{section}{END}{tail}")
-    print(f"wrote the engine section of {DOC}")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import statistics
 import sys
 import time
@@ -24,6 +23,8 @@ from faker import Faker
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from doc_section import write_section  # noqa: E402  (bench/ is on the path)
 
 from guardrails import (  # noqa: E402
     InjectionClassifier,
@@ -42,8 +43,6 @@ from guardrails.embedding import EMBED_CHARS, embedding_head  # noqa: E402
 from guardrails.train_injection import Example, load_splits  # noqa: E402
 from retrieval.embedder import Embedder, cpu_has_bf16  # noqa: E402
 
-DOCS = ROOT / "docs" / "benchmarks.md"
-START, END = "<!-- guardrails:start -->", "<!-- guardrails:end -->"
 COMMAND = ".venv/bin/python bench/guardrails.py"
 BATCH = 48
 LATENCY_RUNS = 100
@@ -483,7 +482,7 @@ def bench_latency(embed: Embedder) -> list[str]:
             LATENCY_PROMPT,
         ),
         (
-            "MiniLM embedding of the whole prompt, bfloat16 (the guardrails' copy)",
+            "MiniLM embedding of the whole prompt, bfloat16 (the request copy)",
             lambda p: embed([p]),
             LATENCY_PROMPT,
         ),
@@ -522,25 +521,17 @@ def bench_latency(embed: Embedder) -> list[str]:
     return [*lines, ""]
 
 
-def write_section(lines: list[str]) -> None:
-    text = DOCS.read_text(encoding="utf-8")
-    body = "\n".join(["## Guardrails", "", f"Command: `{COMMAND}`", "", *lines]).rstrip()
-    pattern = re.compile(re.escape(START) + r".*?" + re.escape(END), re.DOTALL)
-    if not pattern.search(text):
-        raise SystemExit(f"{DOCS} has no {START} ... {END} section")
-    DOCS.write_text(pattern.sub(lambda _: f"{START}\n{body}\n{END}", text), encoding="utf-8")
-
-
 def main() -> None:
     started = time.perf_counter()
-    embed = Embedder.load().guardrail_copy()  # what gateway/services.py gives the guardrails
+    embed = Embedder.load().request_copy()  # what gateway/services.py gives the guardrails
     lines: list[str] = []
     for part in (bench_latency, bench_pii, bench_topics, bench_injection):
         t = time.perf_counter()
         lines += part(embed)
         print(f"{part.__name__}: {time.perf_counter() - t:.0f} s", flush=True)
     lines.append(f"Whole run: {time.perf_counter() - started:.0f} s.")
-    write_section(lines)
+    body = "\n".join(["## Guardrails", "", f"Command: `{COMMAND}`", "", *lines]).rstrip()
+    write_section("guardrails", body)
     print("\n".join(lines))
 
 

@@ -33,6 +33,8 @@ from sqlalchemy.orm import Session, sessionmaker
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from doc_section import write_section  # noqa: E402  (bench/ is on the path)
+
 from retrieval import DocumentStore, Embedder, RetrievalBase  # noqa: E402
 from retrieval.models import Chunk, Document  # noqa: E402
 from retrieval.rerank import (  # noqa: E402
@@ -43,8 +45,6 @@ from retrieval.rerank import (  # noqa: E402
 )
 
 CRANFIELD = Path("/work/shared/data/retrieval/cranfield")
-DOCS_MD = ROOT / "docs" / "benchmarks.md"
-START, END = "<!-- retrieval:start -->", "<!-- retrieval:end -->"
 CONFIGS = {
     "BM25": {"mode": "lexical", "rerank": False, "feedback": False},
     "dense (MiniLM, faiss)": {"mode": "dense", "rerank": False, "feedback": False},
@@ -145,7 +145,7 @@ def evaluate(
     embedder: Embedder, folder: Path, limit: int | None
 ) -> tuple[dict[str, Quality], float]:
     docs, queries, judged = load_cranfield()
-    store, _ = open_store(folder, embedder, embedder.guardrail_copy())
+    store, _ = open_store(folder, embedder, embedder.request_copy())
     started = time.perf_counter()
     chunks = 0
     source_to_doc: dict[str, str] = {}
@@ -218,7 +218,7 @@ def speed(folder: Path, size: int, repeat: int) -> dict[str, object]:
     """Latencies over `size` chunks. Each timed loop sees queries new to its embedder, whose
     cache would otherwise skip the query's encoding."""
     embedder = Embedder.load()
-    query_embedder = embedder.guardrail_copy()
+    query_embedder = embedder.request_copy()
     store, sessions = open_store(folder, embedder, query_embedder)
     chunks = synthesise(embedder, size)
     with sessions() as session:
@@ -416,12 +416,6 @@ def render(
     return "\n".join(lines)
 
 
-def write_section(body: str) -> None:
-    text = DOCS_MD.read_text(encoding="utf-8")
-    start, end = text.index(START) + len(START), text.index(END)
-    DOCS_MD.write_text(text[:start] + "\n" + body + "\n" + text[end:], encoding="utf-8")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--queries", type=int, default=None, help="evaluate only the first N")
@@ -443,7 +437,7 @@ def main() -> int:
     body = render(results, rate, figures, time.perf_counter() - started)
     print(body)
     if not args.no_write:
-        write_section(body)
+        write_section("retrieval", body)
     return 0
 
 

@@ -145,8 +145,8 @@ def load_services(settings: Settings) -> Services:
         source or default_model_source(), device=device, config=engine_config(settings, device)
     )
     embedder = Embedder.load()
-    fast_embedder = embedder.guardrail_copy()
-    store = DocumentStore(sessions, embedder, settings.index_dir, query_embedder=fast_embedder)
+    request_embedder = embedder.request_copy()
+    store = DocumentStore(sessions, embedder, settings.index_dir, query_embedder=request_embedder)
     if settings.sample_corpus is not None:
         ingest_sample_corpus(settings, sessions, store, settings.sample_corpus)
     audit = AuditLog(sessions)
@@ -157,7 +157,7 @@ def load_services(settings: Settings) -> Services:
         embedder=embedder,
         store=store,
         # The guardrails get their own copy: bf16 where native, on the cores the engine leaves.
-        policies=open_policies(settings, fast_embedder, audit),
+        policies=open_policies(settings, request_embedder, audit),
         audit=audit,
         limiter=make_rate_limiter(settings.redis_url),
     )

@@ -283,7 +283,7 @@ def guardrail_embedder() -> Embedder:
     lets it use every core (the vectors do not depend on the thread count)."""
     from retrieval.embedder import Embedder as MiniLM
 
-    embedder = MiniLM.load().guardrail_copy()
+    embedder = MiniLM.load().request_copy()
     embedder.threads = None
     return embedder
 

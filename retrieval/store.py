@@ -96,7 +96,7 @@ class DocumentStore:
         self._sessions = session_factory
         self._embedder = embedder
         # Queries may go through a faster copy of the same model (the gateway passes the
-        # bf16 guardrail copy: cosine 0.9999 to float32, and it has often just embedded the
+        # bf16 request copy: cosine 0.9999 to float32, and it has often just embedded the
         # same user message); documents always go through `embedder`.
         self._query_embedder = query_embedder or embedder
         self._reranker = reranker if reranker is not None else LateInteractionReranker(embedder)

@@ -1,4 +1,4 @@
-"""The embedder's per-text cache and the guardrails' copy of it."""
+"""The embedder's per-text cache and the request copy (guardrails and retrieval queries)."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def test_injection_and_topic_checks_embed_a_request_once(embedder: MiniLM) -> No
     assert seen and set(seen) == {normalize(text)}
 
 
-def test_guardrail_copy_runs_on_half_the_cores_and_restores_the_callers_threads(
+def test_the_request_copy_runs_on_half_the_cores_and_restores_the_callers_threads(
     embedder: MiniLM,
 ) -> None:
     import torch
@@ -95,7 +95,7 @@ ONBOARDING = Topic(name="hr", description="Human resources: onboarding, hiring a
 
 
 def test_a_long_unsure_request_is_embedded_once_for_both_checks(minilm: MiniLM) -> None:
-    embedder = minilm.guardrail_copy()
+    embedder = minilm.request_copy()
     seen: list[str] = []
 
     def counting(texts: list[str]) -> np.ndarray:
@@ -115,8 +115,8 @@ def test_a_long_unsure_request_is_embedded_once_for_both_checks(minilm: MiniLM) 
     shared = [injection.check([UNSURE]), matcher.check(UNSURE)]
     assert set(seen) == {topic_text(UNSURE)}  # the screen was unsure: the model did run
     # The same verdicts as from an embedder with no cache to share.
-    topics_alone = TopicMatcher(minilm.guardrail_copy(), topics)
-    injection_alone = InjectionDetector(InjectionConfig(), embed=minilm.guardrail_copy())
+    topics_alone = TopicMatcher(minilm.request_copy(), topics)
+    injection_alone = InjectionDetector(InjectionConfig(), embed=minilm.request_copy())
     alone = [injection_alone.check([UNSURE]), topics_alone.check(UNSURE)]
     assert [(v.action, v.score) for v in shared] == [(v.action, v.score) for v in alone]
 
