@@ -43,6 +43,20 @@ class AttentionContext:
     prefills: tuple[PrefillChunk, ...]
 
 
+def _batched_decode_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
+) -> torch.Tensor:
+    """One query per sequence, in bf16/fp16 on a CPU: two matmuls and a float32 softmax.
+
+    PyTorch's fused CPU kernel is slow for this shape in reduced precision (16 sequences of
+    240 tokens, SmolLM2's heads: 0.74 ms a layer against 0.27 ms here).
+    """
+    scores = torch.matmul(q, k.transpose(-1, -2)).float() * (q.shape[-1] ** -0.5)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.matmul(torch.softmax(scores, dim=-1).to(v.dtype), v)
+
+
 def paged_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -68,7 +82,10 @@ def paged_attention(
         vd = v_cache.index_select(0, flat).view(nd, width, num_kv_heads, head_dim).transpose(1, 2)
         qd = q[:nd].view(nd, num_kv_heads, group, head_dim)
         mask = None if ctx.decode_mask is None else ctx.decode_mask.view(nd, 1, 1, width)
-        out = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=mask)
+        if nd > 1 and q.device.type == "cpu" and q.dtype != torch.float32:
+            out = _batched_decode_attention(qd, kd, vd, mask)
+        else:
+            out = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=mask)
         outputs.append(out.reshape(nd, num_heads * head_dim))
     for chunk in ctx.prefills:
         rows = slice(chunk.start, chunk.start + chunk.length)

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.linear import WEIGHT_FORMATS, WeightFormat
+
 KV_CACHE_ENV = "BASTION_KV_CACHE_MB"
 _DTYPES = frozenset({"float32", "bfloat16", "float16"})
 DEFAULT_KV_CACHE_MB = 512
@@ -43,9 +45,9 @@ class EngineConfig:
     # threads than cores avoids OpenMP threads spinning against other processes.
     num_threads: int | None = None
     dtype: str | None = None  # "float32", "bfloat16", "float16"; None: see torch_dtype
-    # Projections from int8 weights (one scale per output channel): faster small-batch
-    # decoding where memory bandwidth bounds it, at a small cost in fidelity.
-    int8_weights: bool = False
+    # The projections' weight format (engine/linear.py): "int8" and "w8a8" trade a measured
+    # bit of fidelity for faster decoding where memory bandwidth bounds it.
+    weights: WeightFormat = "float"
 
     def __post_init__(self) -> None:
         if self.kv_cache_mb <= 0:
@@ -62,6 +64,8 @@ class EngineConfig:
             raise ValueError("num_threads must be positive")
         if self.dtype is not None and self.dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
+        if self.weights not in WEIGHT_FORMATS:
+            raise ValueError(f"weights must be one of {list(WEIGHT_FORMATS)}, got {self.weights!r}")
         if self.max_waiting < 0:
             raise ValueError("max_waiting must be >= 0")
 
@@ -70,8 +74,9 @@ class EngineConfig:
         if self.dtype is not None:
             dtype: torch.dtype = getattr(torch, self.dtype)
             return dtype
-        # PyTorch's int8 weight kernel is fast with bf16 activations, slow with fp32 ones.
-        if device_type == "cuda" or self.int8_weights:
+        # PyTorch's int8 weight kernel is fast with bf16 activations, slow with fp32 ones;
+        # under w8a8, bf16 keeps the KV cache and attention as small.
+        if device_type == "cuda" or self.weights != "float":
             return torch.bfloat16
         return torch.float32
 

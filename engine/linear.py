@@ -1,24 +1,44 @@
-"""The model's projections: dense weights, or int8 weights for memory-bound decoding.
+"""The model's projections in one of four weight formats (`WeightFormat`).
 
 Decoding one token per sequence reads every weight once per step, so on a CPU a small
-batch is bound by memory bandwidth, not arithmetic. Int8 weights (one scale per output
-channel) halve the bytes of bf16 and quarter those of fp32. PyTorch's int8 weight-only
-kernel wins only for a few rows, though: for prefill chunks and large decode batches the
-same weights, dequantized once at load, go through the dense matmul instead. Both paths
-compute with identical weight values.
+batch is bound by memory bandwidth, not arithmetic:
+
+- `float`: the model's weights in the activations' dtype.
+- `fp16`: fp16 weights through fbgemm's fp16 matmul with float activations, for batches
+  of up to a few dozen rows; larger ones (prefill chunks) use the same weights densely in
+  the activations' dtype. Half of fp32's bytes, and as faithful as bf16 (x86 CPUs).
+- `int8`: int8 weights (one scale per output channel), bf16 activations. PyTorch's int8
+  weight-only kernel wins only for a few rows, so larger batches go through the same
+  weights dequantized once at load. Runs wherever PyTorch does.
+- `w8a8`: int8 weights and int8 activations (one scale per token), through fbgemm's
+  dynamic int8 matmul (x86 CPUs). The fastest at every batch size on these machines, but
+  it changes a small model's answers noticeably (docs/benchmarks.md).
+
+Under `fp16` and `w8a8` the output projection (`lm_head`) keeps fp16 weights and returns
+float32 logits.
 """
 
 from __future__ import annotations
 
+import functools
+import warnings
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
+
+WeightFormat = Literal["float", "fp16", "int8", "w8a8"]
+WEIGHT_FORMATS: tuple[WeightFormat, ...] = ("float", "fp16", "int8", "w8a8")
 
 # Rows up to which the int8 kernel beat the dense bf16 matmul on SmolLM2's shapes (a
 # 2-core AVX-512 CPU, one thread): 1 row 25 vs 49 ms a step, 4 rows 42 vs 55, 8 rows 77
 # vs 69.
 INT8_KERNEL_MAX_ROWS = 4
+# Likewise for fbgemm's fp16 kernel (float activations): 1 row 12 vs 37 ms a step, 16 rows
+# 54 vs 63, 64 rows 241 vs 144.
+FP16_KERNEL_MAX_ROWS = 24
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +68,77 @@ class Int8Linear:
         return out if self.bias is None else out + self.bias
 
 
-Linear = DenseLinear | Int8Linear
+@dataclass(frozen=True, slots=True)
+class W8A8Linear:
+    """Int8 weights packed for fbgemm; each token's activations quantized to int8 on the fly.
+
+    fbgemm picks one quantization range for its whole input. Scaling every row to a peak
+    of 1 first (and back afterwards; the product is linear in each row) makes that range
+    per token, so one token with large activations cannot crush the others' precision.
+    """
+
+    packed: Any  # fbgemm's packed weights (a TorchScript object)
+    bias: torch.Tensor | None
+    reduce_range: bool
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        if h.shape[0] == 1:  # one token: fbgemm's range is already its own
+            out = _linear_dynamic(h, self.packed, self.reduce_range)
+        else:
+            peak = h.abs().amax(dim=-1, keepdim=True).clamp(min=1e-6)
+            out = _linear_dynamic(h / peak, self.packed, self.reduce_range) * peak
+        if self.bias is not None:
+            out = out + self.bias
+        return out.to(x.dtype)
+
+
+@dataclass(frozen=True, slots=True)
+class Fp16Linear:
+    """fp16 weights packed for fbgemm, float activations: near-exact at half fp32's bytes.
+
+    fbgemm's fp16 kernel beats the dense bf16 matmul up to a few dozen rows; larger
+    batches (prefill chunks) go through `dense`, the same weights in the activations'
+    dtype, when there is one.
+    """
+
+    packed: Any
+    dense: torch.Tensor | None
+    bias: torch.Tensor | None
+    out_dtype: torch.dtype | None  # None: the input's dtype
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.dense is not None and x.shape[0] > FP16_KERNEL_MAX_ROWS:
+            return F.linear(x, self.dense, self.bias)
+        out = _linear_dynamic_fp16(x.float(), self.packed)
+        if self.bias is not None:
+            out = out + self.bias
+        return out.to(self.out_dtype or x.dtype)
+
+
+Linear = DenseLinear | Int8Linear | W8A8Linear | Fp16Linear
+
+# The ops' overloads, resolved once: calling the packets resolves them on every call.
+_linear_dynamic = torch.ops.quantized.linear_dynamic.default
+_linear_dynamic_fp16 = torch.ops.quantized.linear_dynamic_fp16.default
+
+
+def fbgemm_supported() -> bool:
+    """Whether this PyTorch build has fbgemm's fp16 and dynamic int8 matmuls (x86 builds do)."""
+    return "fbgemm" in torch.backends.quantized.supported_engines
+
+
+@functools.cache
+def _cpu_has_vnni() -> bool:
+    """AVX-512 VNNI accumulates int8 products in int32; without it fbgemm needs 7-bit inputs.
+
+    Where the flags can't be read, assume the older CPU: 7 bits are safe everywhere.
+    """
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_vnni" in flags or "avx_vnni" in flags
 
 
 def quantize_int8(weight: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -59,12 +149,43 @@ def quantize_int8(weight: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tenso
     return quantized.contiguous(), scales.to(dtype).contiguous()
 
 
+def _pack_w8a8(weight: torch.Tensor, bias: torch.Tensor | None) -> W8A8Linear:
+    quantized, scales = quantize_int8(weight, torch.float64)
+    zero_points = torch.zeros(weight.shape[0], dtype=torch.long)
+    with warnings.catch_warnings():
+        # Quantized tensors are deprecated in later PyTorch releases; torch is pinned here,
+        # and this is the only way to hand int8 weights to fbgemm.
+        warnings.simplefilter("ignore", UserWarning)
+        qweight = torch._make_per_channel_quantized_tensor(quantized, scales, zero_points, 0)
+        packed = torch.ops.quantized.linear_prepack(qweight, None)
+    float_bias = None if bias is None else bias.float()
+    return W8A8Linear(packed, float_bias, reduce_range=not _cpu_has_vnni())
+
+
+def _pack_fp16(weight: torch.Tensor) -> Any:
+    return torch.ops.quantized.linear_prepack_fp16(weight.detach().float(), None)
+
+
+def make_output_projection(weight: torch.Tensor, dtype: torch.dtype, fmt: WeightFormat) -> Linear:
+    """The output projection (`lm_head`), returning float32 logits under fp16 and w8a8.
+
+    It only sees the rows that sample, so it never needs a dense twin.
+    """
+    if fmt in ("fp16", "w8a8"):
+        return Fp16Linear(_pack_fp16(weight), None, None, torch.float32)
+    return make_linear(weight, None, dtype, fmt)
+
+
 def make_linear(
-    weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype, int8: bool
+    weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype, fmt: WeightFormat
 ) -> Linear:
-    """A projection on `weight`'s device, computing in `dtype`, optionally from int8."""
-    if not int8:
+    """A projection on `weight`'s device, computing in `dtype`, in weight format `fmt`."""
+    if fmt == "float":
         return DenseLinear(weight.to(dtype).contiguous(), bias)
+    if fmt == "w8a8":
+        return _pack_w8a8(weight, bias)
+    if fmt == "fp16":
+        return Fp16Linear(_pack_fp16(weight), weight.to(dtype).contiguous(), bias, None)
     quantized, scales = quantize_int8(weight, dtype)
     dense = (quantized.to(dtype) * scales[:, None]).contiguous()
     return Int8Linear(quantized, scales, dense, bias)

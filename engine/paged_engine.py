@@ -111,12 +111,13 @@ class PagedEngine:
         target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         settings = config or EngineConfig()
         # Int8 weights are quantized from full precision, not from an already rounded copy.
-        dtype = torch.float32 if settings.int8_weights else settings.torch_dtype(target.type)
+        quantized = settings.weights != "float"
+        dtype = torch.float32 if quantized else settings.torch_dtype(target.type)
         log.info(
             "engine.loading",
             model=source.model_id,
             folder=str(source.folder),
-            int8_weights=settings.int8_weights,
+            weights=settings.weights,
         )
         hf_model, tokenizer = load_pretrained(source, dtype)
         engine = cls.from_hf_model(
@@ -146,9 +147,7 @@ class PagedEngine:
         config = config or EngineConfig(kv_cache_mb=kv_cache_mb or kv_cache_mb_from_env())
         if kv_cache_mb is not None and config.kv_cache_mb != kv_cache_mb:
             raise ValueError("pass kv_cache_mb either directly or in config, not both")
-        model = PagedLlama(
-            hf_model, target, config.torch_dtype(target.type), int8_weights=config.int8_weights
-        )
+        model = PagedLlama(hf_model, target, config.torch_dtype(target.type), config.weights)
         runner = ModelRunner.from_config(model, config, target)
         stop_ids = find_stop_token_ids(tokenizer, hf_model.generation_config)
         return cls(EngineCore(runner, config, model_id, stop_ids), tokenizer, model_id, config)

@@ -20,6 +20,7 @@ from engine import (
     model_source_from_path,
 )
 from engine.config import kv_cache_mb_from_env
+from engine.linear import WeightFormat, fbgemm_supported
 from gateway.audit import AuditEntry, AuditLog
 from gateway.db import make_db_engine, make_session_factory
 from gateway.migrations import upgrade_database
@@ -127,12 +128,15 @@ def policy_change_entry(change: PolicyChange) -> AuditEntry:
 
 
 def engine_config(settings: Settings, device: str) -> EngineConfig:
-    """The engine's settings: the KV budget, and int8 weights where they pay off."""
-    weights = settings.engine_weights
-    return EngineConfig(
-        kv_cache_mb=settings.kv_cache_mb or kv_cache_mb_from_env(),
-        int8_weights=weights == "int8" or (weights == "auto" and device == "cpu"),
-    )
+    """The engine's settings: the KV budget, and quantized weights where they pay off."""
+    weights: WeightFormat
+    if settings.engine_weights != "auto":
+        weights = settings.engine_weights
+    elif device != "cpu":
+        weights = "float"
+    else:
+        weights = "fp16" if fbgemm_supported() else "int8"
+    return EngineConfig(kv_cache_mb=settings.kv_cache_mb or kv_cache_mb_from_env(), weights=weights)
 
 
 def load_services(settings: Settings) -> Services:

@@ -64,10 +64,7 @@ def make_core(model: LlamaForCausalLM, **config: object) -> EngineCore:
     """A synchronous engine core (no thread) over `model`, for step-by-step tests."""
     engine_config = EngineConfig(**config)  # type: ignore[arg-type]
     paged = PagedLlama(
-        model,
-        torch.device("cpu"),
-        engine_config.torch_dtype("cpu"),
-        int8_weights=engine_config.int8_weights,
+        model, torch.device("cpu"), engine_config.torch_dtype("cpu"), engine_config.weights
     )
     runner = ModelRunner.from_config(paged, engine_config, torch.device("cpu"))
     return EngineCore(runner, engine_config, "tiny", frozenset())

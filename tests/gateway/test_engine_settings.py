@@ -5,23 +5,25 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from engine.linear import fbgemm_supported
 from gateway.services import engine_config
 from gateway.settings import Settings
 
 
 @pytest.mark.parametrize(
-    ("weights", "device", "int8"),
+    ("weights", "device", "expected"),
     [
-        ("auto", "cpu", True),
-        ("auto", "cuda", False),
-        ("float", "cpu", False),
-        ("int8", "cuda", True),
+        ("auto", "cpu", "fp16" if fbgemm_supported() else "int8"),
+        ("auto", "cuda", "float"),
+        ("float", "cpu", "float"),
+        ("int8", "cuda", "int8"),
+        ("w8a8", "cpu", "w8a8"),
     ],
 )
-def test_weights_setting_and_device(weights: str, device: str, int8: bool) -> None:
+def test_weights_setting_and_device(weights: str, device: str, expected: str) -> None:
     settings = Settings(engine_weights=weights, kv_cache_mb=96)  # type: ignore[arg-type]
     config = engine_config(settings, device)
-    assert config.int8_weights is int8
+    assert config.weights == expected
     assert config.kv_cache_mb == 96
 
 

@@ -1,0 +1,161 @@
+"""Compact projection weights (fp16, int8, w8a8): close to the float model, and SmolLM2 still
+answers."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import torch
+
+from engine import ChatMessage, EngineConfig, GenerationRequest, PagedEngine, SamplingParams
+from engine.linear import (
+    FP16_KERNEL_MAX_ROWS,
+    INT8_KERNEL_MAX_ROWS,
+    DenseLinear,
+    Fp16Linear,
+    Int8Linear,
+    W8A8Linear,
+    WeightFormat,
+    fbgemm_supported,
+    make_linear,
+    make_output_projection,
+    quantize_int8,
+)
+from tests.engine.conftest import hf_greedy, make_core, random_prompt, run_core, tiny_llama
+
+PARAMS = SamplingParams(max_tokens=10, ignore_eos=True)
+
+
+def test_quantization_error_is_within_half_a_step() -> None:
+    weight = torch.randn(64, 48) * torch.linspace(0.01, 3.0, 64)[:, None]
+    quantized, scales = quantize_int8(weight, torch.float32)
+    assert quantized.dtype == torch.int8
+    restored = quantized.float() * scales[:, None]
+    assert torch.all((restored - weight).abs() <= scales[:, None] / 2 + 1e-6)
+    assert quantized.abs().amax(dim=1).eq(127).all()  # every row uses its full range
+
+
+def test_int8_kernel_and_dense_twin_agree() -> None:
+    torch.manual_seed(0)
+    weight, bias = torch.randn(96, 64), torch.randn(96).bfloat16()
+    linear = make_linear(weight, bias, torch.bfloat16, "int8")
+    assert isinstance(linear, Int8Linear)
+    x = torch.randn(INT8_KERNEL_MAX_ROWS + 4, 64, dtype=torch.bfloat16)
+    batched = linear(x)  # more rows than the kernel takes: the dequantized dense path
+    one_by_one = torch.cat([linear(x[i : i + 1]) for i in range(x.shape[0])])  # int8 kernel
+    torch.testing.assert_close(one_by_one.float(), batched.float(), rtol=0.02, atol=0.05)
+    reference = x.float() @ weight.T + bias.float()
+    error = (batched.float() - reference).norm() / reference.norm()
+    assert error < 0.02
+
+
+def test_dense_mode_keeps_tied_embeddings_shared() -> None:
+    linear = make_linear(torch.randn(8, 4), None, torch.float32, "float")
+    assert isinstance(linear, DenseLinear)
+
+
+needs_fbgemm = pytest.mark.skipif(not fbgemm_supported(), reason="this PyTorch has no fbgemm")
+QUANTIZED: list[WeightFormat] = [  # type: ignore[list-item]
+    "int8",
+    pytest.param("fp16", marks=needs_fbgemm),
+    pytest.param("w8a8", marks=needs_fbgemm),
+]
+
+
+@needs_fbgemm
+def test_fp16_kernel_and_dense_twin_agree() -> None:
+    torch.manual_seed(5)
+    weight, bias = torch.randn(96, 64), torch.randn(96).bfloat16()
+    linear = make_linear(weight, bias, torch.bfloat16, "fp16")
+    assert isinstance(linear, Fp16Linear)
+    x = torch.randn(FP16_KERNEL_MAX_ROWS + 4, 64, dtype=torch.bfloat16)
+    batched = linear(x)  # more rows than the kernel takes: the dense bf16 path
+    one_by_one = torch.cat([linear(x[i : i + 1]) for i in range(x.shape[0])])  # fp16 kernel
+    assert one_by_one.dtype == batched.dtype == torch.bfloat16
+    reference = x.float() @ weight.T + bias.float()
+    for out in (batched, one_by_one):
+        assert (out.float() - reference).norm() / reference.norm() < 0.01
+
+
+@needs_fbgemm
+def test_w8a8_projection_is_close_to_float() -> None:
+    torch.manual_seed(1)
+    weight, bias = torch.randn(96, 64), torch.randn(96).bfloat16()
+    linear = make_linear(weight, bias, torch.bfloat16, "w8a8")
+    assert isinstance(linear, W8A8Linear)
+    x = torch.randn(7, 64, dtype=torch.bfloat16)
+    out = linear(x)
+    assert out.dtype == torch.bfloat16
+    reference = x.float() @ weight.T + bias.float()
+    assert (out.float() - reference).norm() / reference.norm() < 0.02
+
+
+@needs_fbgemm
+def test_w8a8_quantizes_each_token_on_its_own_range() -> None:
+    """A token with huge activations in the same batch must not cost the others precision."""
+    torch.manual_seed(2)
+    weight = torch.randn(32, 64)
+    linear = make_linear(weight, None, torch.float32, "w8a8")
+    small = torch.randn(3, 64)
+    loud = torch.randn(1, 64) * 1000.0
+    alone = linear(small)
+    batched = linear(torch.cat([loud, small]))[1:]
+    torch.testing.assert_close(batched, alone, rtol=1e-5, atol=1e-5)
+    reference = small @ weight.T
+    assert (alone - reference).norm() / reference.norm() < 0.02
+
+
+@needs_fbgemm
+def test_w8a8_output_projection_keeps_float_logits() -> None:
+    torch.manual_seed(3)
+    weight = torch.randn(200, 64)
+    head = make_output_projection(weight, torch.bfloat16, "w8a8")
+    assert isinstance(head, Fp16Linear)
+    x = torch.randn(2, 64, dtype=torch.bfloat16)
+    logits = head(x)
+    assert logits.dtype == torch.float32
+    reference = x.float() @ weight.T
+    assert (logits - reference).norm() / reference.norm() < 1e-3  # fp16 weights: 11 bits
+
+
+@pytest.mark.parametrize("weights", QUANTIZED)
+def test_quantized_engine_follows_the_float_model_greedily(weights: WeightFormat) -> None:
+    """Quantization noise may flip a rare near-tie, never the bulk of the continuation.
+
+    (w8a8 passes here but not on SmolLM2's answers: docs/benchmarks.md measures its cost.)
+    """
+    model = tiny_llama(seed=4)
+    core = make_core(model, weights=weights, max_batched_tokens=64)
+    assert core.runner.model.dtype == torch.bfloat16
+    prompts = [random_prompt(n, seed=n) for n in (3, 40, 150)]
+    for i, prompt in enumerate(prompts):
+        core.add_request(f"r{i}", prompt, PARAMS)
+    generated = run_core(core)
+    same = 0
+    for i, prompt in enumerate(prompts):
+        expected = hf_greedy(model, prompt, PARAMS.max_tokens)
+        assert generated[f"r{i}"][0] == expected[0]
+        same += sum(a == b for a, b in zip(generated[f"r{i}"], expected, strict=True))
+    assert same >= 0.8 * len(prompts) * PARAMS.max_tokens
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("weights", ["int8", pytest.param("fp16", marks=needs_fbgemm)])
+def test_smollm2_quantized_answers_like_float(
+    smollm2: tuple[Any, Any], weights: WeightFormat
+) -> None:
+    model, tokenizer = smollm2
+    config = EngineConfig(kv_cache_mb=64, weights=weights)
+    engine = PagedEngine.from_hf_model(model, tokenizer, f"smollm2-{weights}", "cpu", config=config)
+    try:
+        question = (ChatMessage("user", "What is the capital of France?"),)
+        request = GenerationRequest("q", question, SamplingParams(max_tokens=16))
+
+        async def answer() -> str:
+            return "".join([d.text async for d in engine.stream(request)])
+
+        assert "Paris" in asyncio.run(answer())
+    finally:
+        engine.close()
