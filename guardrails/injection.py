@@ -54,6 +54,20 @@ BUILTIN_PATTERNS: tuple[tuple[str, str], ...] = (
         r"\b(?:ignore|disregard|forget)\s+(?:everything|all(?:\s+of\s+the)?)\s+"
         r"(?:above|before|prior|said\s+before)\b",
     ),
+    (
+        # The same request in Spanish, French, German, Italian and Portuguese.
+        "ignore_previous_instructions_translated",
+        r"\b(?:olvida|olvide|ignora|ignore|omite)\s+(?:todas\s+)?(?:las\s+|tus\s+|sus\s+)?"
+        r"(?:instrucciones|reglas|indicaciones)\s+(?:anteriores|previas)\b"
+        r"|\b(?:oublie|oubliez|ignore|ignorez)\s+(?:toutes\s+)?(?:les\s+|tes\s+|vos\s+)"
+        r"(?:instructions|r[eè]gles|consignes)\s+(?:pr[eé]c[eé]dentes|ant[eé]rieures)\b"
+        r"|\b(?:ignoriere|ignorieren\s+sie|vergiss|vergessen\s+sie)\s+(?:alle\s+)?"
+        r"(?:vorherigen|bisherigen|obigen|fr[uü]heren)\s+(?:anweisungen|regeln|instruktionen)\b"
+        r"|\b(?:ignora|dimentica|dimenticate)\s+(?:tutte\s+)?(?:le\s+)?(?:istruzioni|regole)"
+        r"\s+precedenti\b"
+        r"|\b(?:ignore|ignora|esque[cç]a)\s+(?:todas\s+)?(?:as\s+)?"
+        r"(?:instru[cç][oõ]es|regras)\s+anteriores\b",
+    ),
     ("dan", r"\byou\s+are\s+(?:now\s+)?(?:a\s+)?dan\b|\bdan\s+mode\b|\bdo\s+anything\s+now\b"),
     (
         "developer_mode",

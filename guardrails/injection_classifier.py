@@ -12,6 +12,7 @@ and ship as a small JSON file.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -85,6 +86,9 @@ class InjectionClassifier:
     screen_below: float
     full: LinearModel
     threshold: float
+    # The screen's cut for a longer text's sentences (`text_units`): a text has many, so
+    # this one clears more and lets through most (not all) attacks the full model catches.
+    unit_screen_below: float
 
     @classmethod
     def load(cls, path: Path = DEFAULT_WEIGHTS) -> InjectionClassifier:
@@ -98,11 +102,12 @@ class InjectionClassifier:
             )
             full = LinearModel({g: float(r[2]) for g, r in rows.items()}, data["intercept"], coef)
             screen_below, threshold = float(data["screen_below"]), float(data["threshold"])
+            unit_screen_below = float(data["unit_screen_below"])
         except (OSError, KeyError, TypeError, ValueError, IndexError) as exc:
             raise ClassifierWeightsError(f"cannot load classifier weights {path}: {exc}") from exc
         if coef.ndim != 1:
             raise ClassifierWeightsError(f"{path}: coef must be a vector, got shape {coef.shape}")
-        return cls(idf, screen, screen_below, full, threshold)
+        return cls(idf, screen, screen_below, full, threshold, unit_screen_below)
 
     @property
     def dimension(self) -> int:
@@ -116,6 +121,7 @@ class InjectionClassifier:
             **metadata,
             "threshold": self.threshold,
             "screen_below": self.screen_below,
+            "unit_screen_below": self.unit_screen_below,
             "intercept": self.full.intercept,
             "screen_intercept": self.screen.intercept,
             "embedding_coef": [round(float(x), 6) for x in self.full.embedding_coef],
@@ -156,21 +162,69 @@ class InjectionClassifier:
         return _sigmoid(logits)
 
     def classify(self, texts: Sequence[str], embed: Embedder, threshold: float) -> list[float]:
-        """P(injection) per text: the screen's when it is below `screen_below` (and the
-        caller's `threshold` is not stricter than the trained one), else the full model's
-        over the n-grams of the whole text and the embedding of its head
-        (`embedding_head`), embedding only the texts that need it, in one batch."""
+        """P(injection) per text: the higher of the text's and of its most suspect unit's.
+
+        The text's is the screen's when it is below `screen_below` (and the caller's
+        `threshold` is not stricter than the trained one), else the full model's over the
+        n-grams of the whole text and the embedding of its head (`embedding_head`). A text
+        longer than a unit also has its sentences and sentence pairs (`text_units`)
+        screened, and the one the screen finds most suspect, unless `unit_screen_below`
+        clears it, scored
+        by the full model: an attack padded with harmless text is diluted in the whole
+        but not in its own sentence. Only what needs an embedding is embedded, in one batch.
+        """
         features = self.features(texts)
         scores = [float(p) for p in self.screen_probabilities(features)]
         screened = threshold >= self.threshold
         uncertain = [i for i, p in enumerate(scores) if not screened or p >= self.screen_below]
-        if uncertain:
-            heads = [embedding_head(texts[i]) for i in uncertain]
-            vectors = np.asarray(embed(heads), dtype=np.float32)
-            full = self.probabilities(vectors, [features[i] for i in uncertain])
-            for i, p in zip(uncertain, full, strict=True):
-                scores[i] = float(p)
+        suspects: list[tuple[int, str, dict[str, float]]] = []
+        for i, text in enumerate(texts):
+            units = text_units(text)
+            if not units:
+                continue
+            unit_features = self.features(units)
+            unit_scores = self.screen_probabilities(unit_features)
+            best = int(np.argmax(unit_scores))
+            if not screened or unit_scores[best] >= self.unit_screen_below:
+                suspects.append((i, units[best], unit_features[best]))
+        if not uncertain and not suspects:
+            return scores
+        embedded = [embedding_head(texts[i]) for i in uncertain] + [u for _, u, _ in suspects]
+        vectors = np.asarray(embed(embedded), dtype=np.float32)
+        full = self.probabilities(
+            vectors, [features[i] for i in uncertain] + [f for _, _, f in suspects]
+        )
+        for i, p in zip(uncertain, full[: len(uncertain)], strict=True):
+            scores[i] = float(p)
+        for (i, _, _), p in zip(suspects, full[len(uncertain) :], strict=True):
+            scores[i] = max(scores[i], float(p))
         return scores
+
+
+# The pieces of a longer text that are scored on their own: sentences, and pairs of
+# neighbouring sentences, of up to UNIT_CHARS (a sentence longer than that is cut at
+# spaces).
+UNIT_CHARS = 250
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?;:])\s+|\n+")
+
+
+def text_units(text: str) -> list[str]:
+    """`text`'s sentences and sentence pairs (each at most UNIT_CHARS); [] when `text` is
+    no longer than one unit."""
+    if len(text) <= UNIT_CHARS:
+        return []
+    sentences: list[str] = []
+    for sentence in _SENTENCE_BREAK.split(text):
+        rest = sentence.strip()
+        while len(rest) > UNIT_CHARS:
+            space = rest.rfind(" ", UNIT_CHARS // 2, UNIT_CHARS)
+            cut = space if space > 0 else UNIT_CHARS
+            sentences.append(rest[:cut])
+            rest = rest[cut:].strip()
+        if rest:
+            sentences.append(rest)
+    pairs = [f"{a} {b}" for a, b in itertools.pairwise(sentences) if len(a) + len(b) < UNIT_CHARS]
+    return list(dict.fromkeys(sentences + pairs))
 
 
 # Longer texts are scored window by window and the highest probability counts; the

