@@ -37,20 +37,6 @@ def test_quantization_error_is_within_half_a_step() -> None:
     assert quantized.abs().amax(dim=1).eq(127).all()  # every row uses its full range
 
 
-def test_int8_kernel_and_dense_twin_agree() -> None:
-    torch.manual_seed(0)
-    weight, bias = torch.randn(96, 64), torch.randn(96).bfloat16()
-    linear = make_linear(weight, bias, torch.bfloat16, "int8")
-    assert isinstance(linear, Int8Linear)
-    x = torch.randn(INT8_KERNEL_MAX_ROWS + 4, 64, dtype=torch.bfloat16)
-    batched = linear(x)  # more rows than the kernel takes: the dequantized dense path
-    one_by_one = torch.cat([linear(x[i : i + 1]) for i in range(x.shape[0])])  # int8 kernel
-    torch.testing.assert_close(one_by_one.float(), batched.float(), rtol=0.02, atol=0.05)
-    reference = x.float() @ weight.T + bias.float()
-    error = (batched.float() - reference).norm() / reference.norm()
-    assert error < 0.02
-
-
 def test_dense_mode_keeps_tied_embeddings_shared() -> None:
     linear = make_linear(torch.randn(8, 4), None, torch.float32, "float")
     assert isinstance(linear, DenseLinear)
@@ -64,19 +50,27 @@ QUANTIZED: list[WeightFormat] = [  # type: ignore[list-item]
 ]
 
 
-@needs_fbgemm
-def test_fp16_kernel_and_dense_twin_agree() -> None:
-    torch.manual_seed(5)
+@pytest.mark.parametrize(
+    ("weights", "kind", "kernel_rows", "tolerance"),
+    [
+        ("int8", Int8Linear, INT8_KERNEL_MAX_ROWS, 0.02),
+        pytest.param("fp16", Fp16Linear, FP16_KERNEL_MAX_ROWS, 0.01, marks=needs_fbgemm),
+    ],
+)
+def test_small_batch_kernel_and_dense_twin_agree(
+    weights: WeightFormat, kind: type, kernel_rows: int, tolerance: float
+) -> None:
+    torch.manual_seed(0)
     weight, bias = torch.randn(96, 64), torch.randn(96).bfloat16()
-    linear = make_linear(weight, bias, torch.bfloat16, "fp16")
-    assert isinstance(linear, Fp16Linear)
-    x = torch.randn(FP16_KERNEL_MAX_ROWS + 4, 64, dtype=torch.bfloat16)
+    linear = make_linear(weight, bias, torch.bfloat16, weights)
+    assert isinstance(linear, kind)
+    x = torch.randn(kernel_rows + 4, 64, dtype=torch.bfloat16)
     batched = linear(x)  # more rows than the kernel takes: the dense bf16 path
-    one_by_one = torch.cat([linear(x[i : i + 1]) for i in range(x.shape[0])])  # fp16 kernel
+    one_by_one = torch.cat([linear(x[i : i + 1]) for i in range(x.shape[0])])  # the kernel
     assert one_by_one.dtype == batched.dtype == torch.bfloat16
     reference = x.float() @ weight.T + bias.float()
     for out in (batched, one_by_one):
-        assert (out.float() - reference).norm() / reference.norm() < 0.01
+        assert (out.float() - reference).norm() / reference.norm() < tolerance
 
 
 @needs_fbgemm
