@@ -4,8 +4,9 @@
     .venv/bin/python bench/engine.py --quick    # smaller sizes, for a smoke test
     .venv/bin/python bench/engine.py --no-write # print only
 
-Both sides use the same weights and the same number of intra-op threads (the engine's
-default on this CPU). Figures on shared machines are noisy: compare the ratios.
+Both sides use the same weights and the same number of intra-op threads: the engine's
+serving default on this CPU (half the cores), and all cores in the rows that say so.
+Figures on shared machines are noisy: compare the ratios.
 """
 
 from __future__ import annotations
@@ -150,6 +151,57 @@ def engine_prefill_seconds(engine: PagedEngine, prompt: list[int], repeats: int)
         engine.generate([prompt], SamplingParams(max_tokens=1, ignore_eos=True))
         times.append(time.perf_counter() - started)
     return statistics.median(times)
+
+
+def all_cores_rows(
+    hf: Any,
+    tokenizer: Any,
+    model_id: str,
+    cores: int,
+    prompt: list[int],
+    prompts: list[list[int]],
+    prefixed: list[list[int]],
+    params: SamplingParams,
+) -> list[Row]:
+    """Scenarios 1-3 with the serving default (fp16 weights) and transformers on `cores`
+    intra-op threads each (the server leaves half the cores to the gateway)."""
+    new_tokens = params.max_tokens
+    config = EngineConfig(kv_cache_mb=128, weights="fp16", num_threads=cores)
+    engine = variant(hf, tokenizer, model_id, config)
+    decode = decode_rate(engine, prompt, params)
+    tps = concurrent_rate(engine, prompts, params)
+    ttfts = cold_ttfts(engine, prefixed)
+    engine.close()
+    torch.set_num_threads(cores)
+    hf_decode = (new_tokens - 1) / (
+        hf_generate(hf, [prompt], new_tokens) - hf_generate(hf, [prompt], 1)
+    )
+    hf_tps = len(prompts) * new_tokens / hf_generate(hf, prompts, new_tokens)
+    label = f"fp16 weights, both sides on all {cores} cores"
+    baseline = f"(fp32, {cores} threads)"
+    return [
+        Row(
+            f"{label}: 1 stream decode tok/s",
+            f"{decode:.1f}",
+            f"{hf_decode:.1f} {baseline}",
+            f"{decode / hf_decode:.2f}x",
+            ">= 5x",
+        ),
+        Row(
+            f"{label}: {len(prompts)} concurrent, total tok/s",
+            f"{tps:.1f}",
+            f"{hf_tps:.1f} {baseline}",
+            f"{tps / hf_tps:.2f}x",
+            ">= 300 tok/s",
+        ),
+        Row(
+            f"{label}: 800-token shared prefix, mean TTFT s",
+            ttft_cell(ttfts),
+            "-",
+            "-",
+            "<= 1.5 s",
+        ),
+    ]
 
 
 def main() -> None:
@@ -307,6 +359,15 @@ def main() -> None:
         ]
         print(rows[-3:], flush=True)
 
+    # 6. The serving default with every core, as llama-server runs: both sides on all cores.
+    cores = os.cpu_count() or threads
+    if cores > threads:
+        rows += all_cores_rows(
+            hf, tokenizer, source.model_id, cores, prompt, prompts, prefixed, params
+        )
+        torch.set_num_threads(threads)
+        print(rows[-3:], flush=True)
+
     # What the formats cost: perplexity of one text, and greedy answers against float32's.
     text = corpus_ids(tokenizer, 1024)
     formats: list[tuple[str, torch.dtype, WeightFormat]] = [
@@ -346,7 +407,7 @@ def main() -> None:
     ]
     print(rows[-2:], flush=True)
 
-    # 6. Resident memory across many requests, after warm-up.
+    # 7. Resident memory across many requests, after warm-up.
     batch = [prompt_ids(40 + (i % 7) * 9, 1000 + i) for i in range(memory_requests)]
     short = SamplingParams(max_tokens=8, ignore_eos=True)
     warm = memory_requests // 4
@@ -400,7 +461,8 @@ def render(
         "",
         f"Command: `{command}` ({elapsed / 60:.1f} min). Machine: {cpu_name()}, "
         f"{os.cpu_count()} cores, torch {torch.__version__}, fp32 on CPU unless stated; the "
-        f"engine and the transformers baseline both run {threads} intra-op thread(s); load "
+        f"engine and the transformers baseline both run {threads} intra-op thread(s) (all "
+        "cores in the rows that say so); load "
         f"average {load:.1f} when the run started (the cores are shared with other work, so "
         "absolute figures are noisy and ratios matter). Baseline: transformers `generate` "
         "on the same SmolLM2-135M-Instruct weights in the same process.",
