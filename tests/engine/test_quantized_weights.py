@@ -23,6 +23,7 @@ from engine.linear import (
     make_output_projection,
     quantize_int8,
 )
+from engine.llama import PagedLlama, UnsupportedModel
 from tests.engine.conftest import hf_greedy, make_core, random_prompt, run_core, tiny_llama
 
 PARAMS = SamplingParams(max_tokens=10, ignore_eos=True)
@@ -153,3 +154,9 @@ def test_smollm2_quantized_answers_like_float(
         assert "Paris" in asyncio.run(answer())
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize("weights", ["fp16", "w8a8"])
+def test_fbgemm_formats_are_refused_off_the_cpu(weights: WeightFormat) -> None:
+    with pytest.raises(UnsupportedModel, match="x86 CPUs only"):
+        PagedLlama(tiny_llama(seed=1), torch.device("cuda"), torch.bfloat16, weights)
