@@ -47,9 +47,6 @@ class LeakDetector:
             CHECK_NAME, config.mode, config.enabled, config.fail_closed, text, self._filter
         )
 
-    def redact(self, text: str) -> str:
-        return self.filter(text).text
-
     def _filter(self, text: str) -> Filtered:
         mode = self._config.mode
         spans: list[tuple[int, int, str]] = []

@@ -71,7 +71,7 @@ def test_ordinary_text_passes(secrets: SecretsFilter, text: str) -> None:
 
 def test_extra_patterns() -> None:
     secrets = SecretsFilter(SecretsConfig(extra_patterns=[r"\bNW-[0-9A-F]{12}\b"]))
-    assert secrets.redact("token NW-0123456789AB") == "token <SECRET:extra_0>"
+    assert secrets.filter("token NW-0123456789AB").text == "token <SECRET:extra_0>"
 
 
 @pytest.mark.parametrize("mode", ["warn", "dryrun"])
