@@ -42,10 +42,7 @@ class LeakDetector:
             self._ngrams = {tuple(words[i : i + self._n]) for i in range(len(words) - self._n + 1)}
 
     def filter(self, text: str) -> Filtered:
-        config = self._config
-        return run_output_filter(
-            CHECK_NAME, config.mode, config.enabled, config.fail_closed, text, self._filter
-        )
+        return run_output_filter(CHECK_NAME, self._config, text, self._filter)
 
     def _filter(self, text: str) -> Filtered:
         mode = self._config.mode

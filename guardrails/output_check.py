@@ -88,6 +88,4 @@ class OutputGuardrails:
                 redacted.text, Verdict(PII_CHECK_NAME, action, score, entities, config.mode)
             )
 
-        return run_output_filter(
-            PII_CHECK_NAME, config.mode, config.enabled, config.fail_closed, text, run
-        )
+        return run_output_filter(PII_CHECK_NAME, config, text, run)

@@ -78,10 +78,7 @@ class SecretsFilter:
         self._patterns = [*BUILTIN_SECRETS, *extra]
 
     def filter(self, text: str) -> Filtered:
-        config = self._config
-        return run_output_filter(
-            CHECK_NAME, config.mode, config.enabled, config.fail_closed, text, self._filter
-        )
+        return run_output_filter(CHECK_NAME, self._config, text, self._filter)
 
     def _filter(self, text: str) -> Filtered:
         mode = self._config.mode

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 Action = Literal["allow", "redact", "block", "flag"]
 CheckMode = Literal["enforce", "warn", "dryrun"]
@@ -49,17 +49,26 @@ class Filtered:
     verdict: Verdict
 
 
+class CheckSettings(Protocol):
+    """The settings every check has (`guardrails.config`'s check models)."""
+
+    @property
+    def enabled(self) -> bool: ...
+
+    @property
+    def mode(self) -> CheckMode: ...
+
+    @property
+    def fail_closed(self) -> bool: ...
+
+
 def run_output_filter(
-    check: str,
-    mode: CheckMode,
-    enabled: bool,
-    fail_closed: bool,
-    text: str,
-    run: Callable[[str], Filtered],
+    check: str, settings: CheckSettings, text: str, run: Callable[[str], Filtered]
 ) -> Filtered:
     """Run one output filter with the rules every filter shares: off means allow, and an
     error fails closed (the answer is withheld in enforce mode) or open, as configured."""
-    if not enabled:
+    mode, fail_closed = settings.mode, settings.fail_closed
+    if not settings.enabled:
         return Filtered(text, Verdict(check, "allow", 0.0, ("disabled",), mode))
     try:
         return run(text)
