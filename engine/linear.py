@@ -24,13 +24,15 @@ import functools
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
 
 WeightFormat = Literal["float", "fp16", "int8", "w8a8"]
-WEIGHT_FORMATS: tuple[WeightFormat, ...] = ("float", "fp16", "int8", "w8a8")
+WEIGHT_FORMATS: tuple[WeightFormat, ...] = get_args(WeightFormat)
+# The formats that run on fbgemm's kernels (x86 CPUs only).
+FBGEMM_FORMATS: frozenset[WeightFormat] = frozenset({"fp16", "w8a8"})
 
 # Rows up to which the int8 kernel beat the dense bf16 matmul on SmolLM2's shapes (a
 # 2-core AVX-512 CPU, one thread): 1 row 25 vs 49 ms a step, 4 rows 42 vs 55, 8 rows 77
@@ -171,7 +173,7 @@ def make_output_projection(weight: torch.Tensor, dtype: torch.dtype, fmt: Weight
 
     It only sees the rows that sample, so it never needs a dense twin.
     """
-    if fmt in ("fp16", "w8a8"):
+    if fmt in FBGEMM_FORMATS:
         return Fp16Linear(_pack_fp16(weight), None, None, torch.float32)
     return make_linear(weight, None, dtype, fmt)
 

@@ -17,6 +17,7 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from engine.attention import AttentionContext, paged_attention
 from engine.linear import (
+    FBGEMM_FORMATS,
     Linear,
     WeightFormat,
     fbgemm_supported,
@@ -129,7 +130,7 @@ class PagedLlama:
         dtype: torch.dtype,
         weights: WeightFormat = "float",
     ) -> None:
-        if weights in ("fp16", "w8a8") and (device.type != "cpu" or not fbgemm_supported()):
+        if weights in FBGEMM_FORMATS and (device.type != "cpu" or not fbgemm_supported()):
             raise UnsupportedModel(f"{weights} weights run on x86 CPUs only (fbgemm)")
         config = hf_model.config
         self.shape = shape_of(config)

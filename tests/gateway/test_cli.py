@@ -61,14 +61,19 @@ def test_keys_create_rejects_an_unknown_role(data_dir: Path) -> None:
         main(["keys", "create", "--tenant", "acme", "--role", "root"])
 
 
-def test_ingest_adds_searchable_documents(
-    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def ingest_handbook(tmp_path: Path) -> None:
+    """Ingest two small documents into tenant acme's "handbook" collection."""
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "parking.md").write_text("# Parking\nVisitors park in the north garage, level 2.\n")
     (docs / "lunch.txt").write_text("The canteen serves lunch from 11:30 to 14:00.\n")
     assert main(["ingest", str(docs), "--collection", "handbook", "--tenant", "acme"]) == 0
+
+
+def test_ingest_adds_searchable_documents(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ingest_handbook(tmp_path)
     assert "2 documents: 2 created" in capsys.readouterr().out
     settings = Settings(data_dir=data_dir)
     store = DocumentStore(open_database(settings), Embedder.load(), settings.index_dir)
@@ -79,11 +84,7 @@ def test_ingest_adds_searchable_documents(
 def test_reindex_rebuilds_lost_vector_files_from_the_database(
     data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "parking.md").write_text("# Parking\nVisitors park in the north garage, level 2.\n")
-    (docs / "lunch.txt").write_text("The canteen serves lunch from 11:30 to 14:00.\n")
-    assert main(["ingest", str(docs), "--collection", "handbook", "--tenant", "acme"]) == 0
+    ingest_handbook(tmp_path)
     settings = Settings(data_dir=data_dir)
     lost = [p for p in settings.index_dir.rglob("*") if p.is_file()]
     assert lost
