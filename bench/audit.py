@@ -12,7 +12,6 @@ import argparse
 import multiprocessing
 import os
 import platform
-import socket
 import sys
 import tempfile
 import threading
@@ -39,6 +38,7 @@ from doc_section import write_section  # noqa: E402  (bench/ is on the path)
 from gateway.audit import AuditEntry, AuditLog  # noqa: E402
 from gateway.audit_chain import verify_chain  # noqa: E402
 from gateway.db import make_db_engine, make_session_factory  # noqa: E402
+from gateway.local_server import free_port, serve_in_thread  # noqa: E402
 from gateway.migrations import upgrade_database  # noqa: E402
 from gateway.models import AuditRecord  # noqa: E402
 from guardrails.verdict import Verdict  # noqa: E402
@@ -248,46 +248,22 @@ class ChatLatency:
     audit_p99_ms: float
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def chat_latency(requests: int) -> ChatLatency:
     """Short non-streamed chats through the real app (uvicorn, SQLite, SmolLM2 on CPU)."""
-    import uvicorn
-
-    from gateway.app import create_app
     from gateway.keys import create_key
     from gateway.services import load_services
     from gateway.settings import Settings
 
     with tempfile.TemporaryDirectory() as folder:
-        settings = Settings(data_dir=Path(folder), port=_free_port(), device="cpu")
+        settings = Settings(data_dir=Path(folder), port=free_port(), device="cpu")
         services = load_services(settings)
         timed = TimedAuditLog(services.sessions)
         services.audit = timed
         secret, _ = create_key(services.sessions, settings.default_tenant, "user")
-        server = uvicorn.Server(
-            uvicorn.Config(
-                create_app(settings, services),
-                host="127.0.0.1",
-                port=settings.port,
-                log_level="warning",
-            )
-        )
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        base = f"http://127.0.0.1:{settings.port}"
-        with httpx.Client(base_url=base, timeout=120) as client:
-            for _ in range(100):
-                try:
-                    if client.get("/readyz").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.1)
+        with (
+            serve_in_thread(settings, services) as base,
+            httpx.Client(base_url=base, timeout=120) as client,
+        ):
             samples = []
             for n in range(requests + 3):
                 began = time.perf_counter()
@@ -304,8 +280,6 @@ def chat_latency(requests: int) -> ChatLatency:
                 response.raise_for_status()
                 if n >= 3:  # the first requests warm caches
                     samples.append(time.perf_counter() - began)
-        server.should_exit = True
-        thread.join(timeout=10)
         services.engine.close()
     writes = timed.samples[3:]
     return ChatLatency(

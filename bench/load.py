@@ -20,7 +20,6 @@ import json
 import os
 import platform
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -43,6 +42,7 @@ from doc_section import write_section  # noqa: E402  (bench/ is on the path)
 
 from gateway.audit_chain import verify_chain  # noqa: E402
 from gateway.db import make_db_engine, make_session_factory  # noqa: E402
+from gateway.local_server import free_port, spawn_serve, wait_until_ready  # noqa: E402
 from gateway.models import AuditRecord  # noqa: E402
 
 CHAT_PATH = "/v1/chat/completions"
@@ -93,39 +93,19 @@ class Server:
         raise RuntimeError("the server process has no VmRSS")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def start_server(data_dir: Path, log_file: Path, timeout_s: float = 600) -> Server:
     """`bastion serve` in its own process; returns once `/readyz` answers 200."""
-    port = _free_port()
-    env = os.environ | {"BASTION_DATA_DIR": str(data_dir), "BASTION_PORT": str(port)}
+    port = free_port()
     with log_file.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "gateway.cli", "serve"],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        process = spawn_serve(data_dir, port, log)
     base_url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"bastion serve exited with {process.returncode}; see {log_file}")
-        try:
-            if httpx.get(f"{base_url}/readyz", timeout=2).status_code == 200:
-                key = (data_dir / "default-api-key.txt").read_text().strip()
-                return Server(process, base_url, key, data_dir)
-        except httpx.TransportError:
-            pass
-        time.sleep(0.5)
-    process.kill()
-    raise RuntimeError(f"bastion serve was not ready after {timeout_s:.0f} s; see {log_file}")
+    try:
+        wait_until_ready(base_url, timeout_s, process)
+    except RuntimeError as error:
+        process.kill()
+        raise RuntimeError(f"{error}; see {log_file}") from error
+    key = (data_dir / "default-api-key.txt").read_text().strip()
+    return Server(process, base_url, key, data_dir)
 
 
 def stop_server(server: Server) -> None:

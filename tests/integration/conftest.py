@@ -3,24 +3,18 @@
 from __future__ import annotations
 
 import shutil
-import socket
-import threading
-import time
 from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 import pytest
-import uvicorn
 from sqlalchemy import select
 
 from engine import ChatMessage, EngineMetrics, GenerationRequest, PagedEngine, TokenDelta
-from gateway.app import create_app
 from gateway.audit import AuditLog
 from gateway.audit_keys import TextOpener
 from gateway.keys import create_key
+from gateway.local_server import free_port, serve_in_thread
 from gateway.models import AuditRecord
 from gateway.rate_limit import InMemoryRateLimiter
 from gateway.services import (
@@ -95,12 +89,6 @@ class LiveServer:
             )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def live_server(
     tmp_path_factory: pytest.TempPathFactory, chat_engine: PagedEngine
@@ -109,7 +97,7 @@ def live_server(
     policy_dir = tmp_path_factory.mktemp("policies")
     shutil.copy(REPO_ROOT / "policies" / "default.yaml", policy_dir / "default.yaml")
     settings = Settings(
-        data_dir=data_dir, port=_free_port(), policy_dir=policy_dir, policy_reload_seconds=0.2
+        data_dir=data_dir, port=free_port(), policy_dir=policy_dir, policy_reload_seconds=0.2
     )
     sessions = open_database(settings)
     embedder = Embedder.load()
@@ -131,31 +119,3 @@ def live_server(
     secret, _ = create_key(sessions, settings.default_tenant, "user")
     with serve_in_thread(settings, services) as base_url:
         yield LiveServer(base_url, secret, services, engine, settings)
-
-
-@contextmanager
-def serve_in_thread(settings: Settings, services: Services) -> Iterator[str]:
-    """The real app behind uvicorn on `settings.port`, on a thread; yields its base URL once
-    `/readyz` answers 200."""
-    config = uvicorn.Config(
-        create_app(settings, services), host="127.0.0.1", port=settings.port, log_level="warning"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    base_url = f"http://127.0.0.1:{settings.port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{base_url}/readyz", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    else:
-        raise RuntimeError("live server did not become ready")
-    try:
-        yield base_url
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)

@@ -23,12 +23,13 @@ from gateway.audit import AuditLog
 from gateway.audit_chain import verify_chain
 from gateway.db import make_db_engine, make_session_factory
 from gateway.keys import create_key
+from gateway.local_server import free_port, serve_in_thread
 from gateway.models import AuditRecord
 from gateway.rate_limit import InMemoryRateLimiter
 from gateway.services import Services, open_database, open_policies
 from gateway.settings import REPO_ROOT, Settings
 from retrieval import DocumentStore
-from tests.integration.conftest import LiveServer, _free_port, serve_in_thread
+from tests.integration.conftest import LiveServer
 
 POSTGRES = ("127.0.0.1", 5432)
 LONG_ANSWER = "Describe the sea in great detail."
@@ -40,7 +41,7 @@ class TcpProxy:
 
     def __init__(self, target: tuple[str, int]) -> None:
         self.target = target
-        self.port = _free_port()
+        self.port = free_port()
         self._listener: socket.socket | None = None
         self._open: list[socket.socket] = []
         self._lock = threading.Lock()
@@ -125,7 +126,7 @@ def outage_server(
     proxy.start()
     settings = Settings(
         data_dir=tmp_path,
-        port=_free_port(),
+        port=free_port(),
         database_url=postgres_url.replace(
             f"{POSTGRES[0]}:{POSTGRES[1]}", f"127.0.0.1:{proxy.port}"
         ),

@@ -9,12 +9,11 @@ import subprocess
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 from openai import OpenAI
 
+from gateway.local_server import free_port, wait_until_ready
 from gateway.settings import REPO_ROOT
-from tests.integration.conftest import _free_port
 
 
 def readme_commands() -> list[str]:
@@ -31,7 +30,7 @@ def test_readme_names_the_two_commands() -> None:
 
 @pytest.mark.slow
 def test_serve_command_starts_a_usable_service(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     env = os.environ | {"BASTION_DATA_DIR": str(tmp_path / "data"), "BASTION_PORT": str(port)}
     process = subprocess.Popen(
         readme_commands()[0].split(),
@@ -55,13 +54,7 @@ def test_serve_command_starts_a_usable_service(tmp_path: Path) -> None:
             if found := re.search(r"starting on (http://\S+)", line):
                 url = found.group(1)
         assert key and url == f"http://127.0.0.1:{port}"
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.5)
+        wait_until_ready(url, deadline - time.monotonic(), process)
         client = OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=120)
         answer = client.chat.completions.create(
             model="SmolLM2-135M-Instruct",

@@ -6,9 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,11 +22,10 @@ from gateway.audit_chain import verify_chain
 from gateway.audit_keys import TextOpener
 from gateway.db import make_db_engine, make_session_factory
 from gateway.keys import create_key
+from gateway.local_server import free_port, spawn_serve, wait_until_ready
 from gateway.models import AuditRecord
-from gateway.settings import REPO_ROOT
 from retrieval import VectorIndex
 from retrieval.models import Chunk
-from tests.integration.conftest import _free_port
 from tests.integration.test_policy_reload import wait_for
 
 CHAT_PATH = "/v1/chat/completions"
@@ -47,33 +44,14 @@ class Traffic:
 @contextmanager
 def bastion_serve(data_dir: Path, port: int) -> Iterator[subprocess.Popen[bytes]]:
     """`bastion serve` as its own process, once `/readyz` answers 200; killed at the end."""
-    env = os.environ | {"BASTION_DATA_DIR": str(data_dir), "BASTION_PORT": str(port)}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", "serve"],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    process = spawn_serve(data_dir, port, subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 300
-        while not _ready(port):
-            assert process.poll() is None, f"serve exited with {process.returncode}"
-            assert time.monotonic() < deadline, "serve did not become ready"
-            time.sleep(0.5)
+        wait_until_ready(f"http://127.0.0.1:{port}", 300, process)
         yield process
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=30)
-
-
-def _ready(port: int) -> bool:
-    try:
-        return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200
-    except httpx.TransportError:
-        return False
 
 
 def chat_client(base: str, key: str, traffic: Traffic) -> None:
@@ -116,7 +94,7 @@ def document_client(base: str, key: str, traffic: Traffic) -> None:
 
 @pytest.mark.slow
 def test_kill_9_under_load_then_restart(tmp_path: Path) -> None:
-    data_dir, port = tmp_path / "data", _free_port()
+    data_dir, port = tmp_path / "data", free_port()
     base = f"http://127.0.0.1:{port}"
     database = make_db_engine(f"sqlite:///{(data_dir / 'bastion.db').resolve()}")
     traffic = Traffic()
