@@ -24,8 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from sqlalchemy import create_engine, text
-from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,6 +39,7 @@ from gateway.db import make_db_engine, make_session_factory  # noqa: E402
 from gateway.local_server import free_port, serve_in_thread  # noqa: E402
 from gateway.migrations import upgrade_database  # noqa: E402
 from gateway.models import AuditRecord  # noqa: E402
+from gateway.temporary_schema import temporary_schema  # noqa: E402
 from guardrails.verdict import Verdict  # noqa: E402
 
 POSTGRES_URL = os.environ.get(
@@ -173,23 +172,10 @@ def sqlite_database() -> Iterator[str | None]:
 
 @contextmanager
 def postgres_database() -> Iterator[str | None]:
-    schema = f"bastion_bench_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(POSTGRES_URL)
-    try:
-        with admin.begin() as conn:
-            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    except OperationalError:
-        admin.dispose()
-        yield None
-        return
-    try:
-        url = f"{POSTGRES_URL}?options=-csearch_path%3D{schema}"
-        upgrade_database(url)
+    with temporary_schema(POSTGRES_URL, "bastion_bench") as url:
+        if url is not None:
+            upgrade_database(url)
         yield url
-    finally:
-        with admin.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
 
 
 @dataclass

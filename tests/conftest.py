@@ -4,17 +4,15 @@ in the real PostgreSQL."""
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
-from sqlalchemy import create_engine, text
-from sqlalchemy.exc import OperationalError
 
 from engine import PagedEngine, TransformersEngine, default_model_source
 from engine.model_source import load_pretrained
+from gateway.temporary_schema import temporary_schema
 from tests.log_scan import LogScanner
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -52,20 +50,10 @@ def hf_chat_engine(smollm2: tuple[Any, Any]) -> Iterator[TransformersEngine]:
 @pytest.fixture
 def postgres_url() -> Iterator[str]:
     """A fresh schema in the `test` database, dropped afterwards; skipped without a server."""
-    schema = f"bastion_test_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(POSTGRES_URL)
-    try:
-        with admin.begin() as conn:
-            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    except OperationalError:
-        admin.dispose()
-        pytest.skip("no PostgreSQL server answers on 127.0.0.1:5432")
-    try:
-        yield f"{POSTGRES_URL}?options=-csearch_path%3D{schema}"
-    finally:
-        with admin.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
+    with temporary_schema(POSTGRES_URL, "bastion_test") as url:
+        if url is None:
+            pytest.skip("no PostgreSQL server answers on 127.0.0.1:5432")
+        yield url
 
 
 def pytest_configure(config: pytest.Config) -> None:
