@@ -205,6 +205,20 @@ class ChatService:
         redactor = StreamingRedactor(
             self._runtime.output.redactor(chat.restorable), chat.stream_window
         )
+        async for text in self._generate(chat):
+            if chat.tools:
+                continue
+            released = await asyncio.to_thread(redactor.feed, text)
+            if released:
+                yield released
+        if not chat.tools:
+            rest = await asyncio.to_thread(redactor.flush)
+            if rest:
+                yield rest
+
+    async def _generate(self, chat: PreparedChat) -> AsyncIterator[str]:
+        """The engine's text deltas, unfiltered, recorded in `chat` (answer, token counts,
+        finish reason, engine time) as they come."""
         started = time.perf_counter()
         try:
             async for delta in self._engine_deltas(chat):
@@ -213,15 +227,7 @@ class ChatService:
                 if delta.finish_reason is not None:
                     chat.entry.outcome = delta.finish_reason
                 chat.answer_parts.append(delta.text)
-                if chat.tools:
-                    continue
-                released = await asyncio.to_thread(redactor.feed, delta.text)
-                if released:
-                    yield released
-            if not chat.tools:
-                rest = await asyncio.to_thread(redactor.flush)
-                if rest:
-                    yield rest
+                yield delta.text
         finally:
             chat.entry.engine_ms += (time.perf_counter() - started) * 1000
 
@@ -242,21 +248,24 @@ class ChatService:
             raise ApiError(400, str(exc), param="messages", code="context_length_exceeded") from exc
 
     async def complete(self, chat: PreparedChat) -> Answer:
-        """Run the engine to the end and apply the output checks to the whole answer."""
-        released = [part async for part in self.stream_text(chat)]
-        return await self.finish(chat, "".join(released))
+        """Run the engine to the end, then apply the output checks once, to the whole
+        answer (nothing is released early, so no window is needed)."""
+        async for _ in self._generate(chat):
+            pass
+        return await self.finish(chat, None)
 
-    async def finish(self, chat: PreparedChat, released_text: str) -> Answer:
+    async def finish(self, chat: PreparedChat, released_text: str | None) -> Answer:
         """Decide what the client gets once generation ended: tool calls or text.
 
-        The output checks run once more over the whole answer, for the audit record and
-        for answers that were held back (tools); a blocking verdict withholds the text.
+        The output checks run over the whole answer, for the audit record and for answers
+        that were held back (`released_text` None: the filtered whole answer is the
+        text); a blocking verdict withholds the text.
         """
         raw = "".join(chat.answer_parts)
         checked = await asyncio.to_thread(self._runtime.output.filter, raw, chat.restorable)
         chat.entry.verdicts.extend(checked.verdicts)
         finish_reason = "length" if chat.entry.outcome == "length" else "stop"
-        content: str | None = released_text
+        content: str | None = checked.text if released_text is None else released_text
         tool_calls: list[dict[str, Any]] = []
         if chat.tools:
             content, tool_calls, finish_reason = self._judge_tool_calls(chat, raw, checked.text)

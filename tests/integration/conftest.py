@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from gateway.audit_keys import TextOpener
 from gateway.keys import create_key
 from gateway.local_server import free_port, serve_in_thread
 from gateway.models import AuditRecord
+from gateway.policy_registry import PolicyRegistry
 from gateway.rate_limit import InMemoryRateLimiter
 from gateway.services import (
     Services,
@@ -87,6 +89,14 @@ class LiveServer:
             return list(
                 session.scalars(select(AuditRecord).where(AuditRecord.request_id == request_id))
             )
+
+
+def wait_for_policy(registry: PolicyRegistry, tenant: str) -> None:
+    """Until the registry has picked up a policy file written for `tenant` (20 s at most)."""
+    deadline = time.monotonic() + 20
+    while registry.for_tenant(tenant) is None:
+        assert time.monotonic() < deadline, f"no policy was bound to {tenant}"
+        time.sleep(0.1)
 
 
 @pytest.fixture(scope="session")

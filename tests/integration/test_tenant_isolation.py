@@ -6,7 +6,6 @@ engine all stay with the tenant that made them.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,8 +16,7 @@ import pytest
 
 from engine import PagedEngine
 from gateway.keys import create_key
-from gateway.policy_registry import PolicyRegistry
-from tests.integration.conftest import LiveServer
+from tests.integration.conftest import LiveServer, wait_for_policy
 
 SECRET_FACT = b"""# Zephyrine Project Handbook
 
@@ -46,13 +44,6 @@ def make_tenant(live_server: LiveServer, name: str) -> Tenant:
     return Tenant(
         name, keys["user"][0], keys["admin"][0], keys["auditor"][0], keys["user"][1].key_id
     )
-
-
-def wait_for_policy(registry: PolicyRegistry, tenant: str) -> None:
-    deadline = time.monotonic() + 20
-    while registry.for_tenant(tenant) is None:
-        assert time.monotonic() < deadline, f"no policy was bound to {tenant}"
-        time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")

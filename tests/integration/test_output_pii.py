@@ -1,0 +1,88 @@
+"""PII the model writes is filtered from its answer, whole or streamed, through the real
+model and the official client.
+
+The tenant's policy lets email addresses through the input checks (action `allow`), so
+the model sees one and repeats it; the output checks (redact, the default) must keep it
+from the client in every chunk, and the audit record must say they did.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from openai import OpenAI
+
+from gateway.keys import create_key
+from tests.integration.conftest import LiveServer, wait_for_policy
+
+ADDRESS = "jane.doe@example.com"
+QUESTION = f"Correct the spelling: Plese contakt {ADDRESS} for help."
+
+
+@pytest.fixture(scope="module")
+def client(live_server: LiveServer) -> Iterator[OpenAI]:
+    """A client of a fresh tenant whose policy allows email addresses in, not out."""
+    name = f"initech-{uuid.uuid4().hex[:8]}"
+    default = (live_server.settings.policy_dir / "default.yaml").read_text()
+    policy = (
+        default.replace("name: default", f"name: {name}")
+        .replace("[default]", f"[{name}]")
+        .replace(
+            "    score_threshold: 0.4\n  topics:",
+            "    score_threshold: 0.4\n    actions: {EMAIL_ADDRESS: allow}\n  topics:",
+        )
+        .replace("retrieval:\n  enabled: true", "retrieval:\n  enabled: false")
+    )
+    assert "EMAIL_ADDRESS: allow" in policy and "enabled: false\n  collections" in policy
+    path = live_server.settings.policy_dir / f"{name}.yaml"
+    path.write_text(policy)
+    try:
+        wait_for_policy(live_server.services.policies, name)
+        secret, _ = create_key(live_server.services.sessions, name, "user")
+        yield OpenAI(
+            base_url=f"{live_server.base_url}/v1", api_key=secret, max_retries=0, timeout=120
+        )
+    finally:
+        path.unlink()
+
+
+def _output_pii_verdict(live_server: LiveServer, request_id: str) -> dict[str, Any]:
+    """The answer's PII verdict: the output checks run after the input checks."""
+    (row,) = live_server.audit_rows(request_id)
+    return [v for v in row.verdicts if v["check"] == "pii"][-1]
+
+
+def test_whole_answer_never_shows_the_address(client: OpenAI, live_server: LiveServer) -> None:
+    raw = client.chat.completions.with_raw_response.create(
+        model=live_server.engine.model_id,
+        messages=[{"role": "user", "content": QUESTION}],
+        max_tokens=24,
+        temperature=0,
+    )
+    answer = raw.parse().choices[0].message.content or ""
+    assert ADDRESS not in answer
+    assert "<EMAIL_ADDRESS" in answer
+    request_id = raw.headers["x-request-id"]
+    assert live_server.engine.received[request_id][-1].content == QUESTION
+    verdict = _output_pii_verdict(live_server, request_id)
+    assert verdict["action"] == "redact" and "EMAIL_ADDRESS" in verdict["evidence"]
+
+
+def test_streamed_answer_never_shows_the_address(client: OpenAI, live_server: LiveServer) -> None:
+    raw = client.chat.completions.with_raw_response.create(
+        model=live_server.engine.model_id,
+        messages=[{"role": "user", "content": QUESTION}],
+        max_tokens=24,
+        temperature=0,
+        stream=True,
+    )
+    pieces = [chunk.choices[0].delta.content or "" for chunk in raw.parse() if chunk.choices]
+    assert len([p for p in pieces if p]) >= 1
+    assert not any(ADDRESS in piece for piece in pieces)
+    assert ADDRESS not in "".join(pieces)
+    assert "<EMAIL_ADDRESS" in "".join(pieces)
+    verdict = _output_pii_verdict(live_server, raw.headers["x-request-id"])
+    assert verdict["action"] == "redact" and "EMAIL_ADDRESS" in verdict["evidence"]
