@@ -11,8 +11,9 @@ batch is bound by memory bandwidth, not arithmetic:
   weight-only kernel wins only for a few rows, so larger batches go through the same
   weights dequantized once at load. Runs wherever PyTorch does.
 - `w8a8`: int8 weights and int8 activations (one scale per token), through fbgemm's
-  dynamic int8 matmul (x86 CPUs). The fastest at every batch size on these machines, but
-  it changes a small model's answers noticeably (docs/benchmarks.md).
+  dynamic int8 matmul (x86 CPUs). The fastest at every batch size on these machines. To
+  keep a small model's answers, q/k/v and gate/up are smoothed (engine/smoothing.py), and
+  the first and last layers and every down_proj keep fp16 weights (engine/llama.py).
 
 Under `fp16` and `w8a8` the output projection (`lm_head`) keeps fp16 weights and returns
 float32 logits.

@@ -26,6 +26,7 @@ from engine.detokenizer import IncrementalDetokenizer
 from engine.llama import PagedLlama
 from engine.model_runner import ModelRunner
 from engine.model_source import ModelSource, load_pretrained
+from engine.smoothing import calibration_ids
 from engine.tokenization import encode_chat, find_stop_token_ids
 from engine.types import (
     ChatMessage,
@@ -147,7 +148,12 @@ class PagedEngine:
         config = config or EngineConfig(kv_cache_mb=kv_cache_mb or kv_cache_mb_from_env())
         if kv_cache_mb is not None and config.kv_cache_mb != kv_cache_mb:
             raise ValueError("pass kv_cache_mb either directly or in config, not both")
-        model = PagedLlama(hf_model, target, config.torch_dtype(target.type), config.weights)
+        calibration = (
+            calibration_ids(tokenizer) if config.weights == "w8a8" and tokenizer is not None else ()
+        )
+        model = PagedLlama(
+            hf_model, target, config.torch_dtype(target.type), config.weights, calibration
+        )
         runner = ModelRunner.from_config(model, config, target)
         stop_ids = find_stop_token_ids(tokenizer, hf_model.generation_config)
         return cls(EngineCore(runner, config, model_id, stop_ids), tokenizer, model_id, config)

@@ -64,7 +64,11 @@ def make_core(model: LlamaForCausalLM, **config: object) -> EngineCore:
     """A synchronous engine core (no thread) over `model`, for step-by-step tests."""
     engine_config = EngineConfig(**config)  # type: ignore[arg-type]
     paged = PagedLlama(
-        model, torch.device("cpu"), engine_config.torch_dtype("cpu"), engine_config.weights
+        model,
+        torch.device("cpu"),
+        engine_config.torch_dtype("cpu"),
+        engine_config.weights,
+        calibration_ids=random_prompt(64, seed=0),  # read under w8a8 only
     )
     runner = ModelRunner.from_config(paged, engine_config, torch.device("cpu"))
     return EngineCore(runner, engine_config, "tiny", frozenset())

@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from engine import ChatMessage, EngineConfig, GenerationRequest, PagedEngine, SamplingParams
+from engine import ChatMessage, EngineConfig, GenerationRequest, PagedEngine, SamplingParams, llama
+from engine.attention import AttentionContext, PrefillChunk
 from engine.linear import (
     FP16_KERNEL_MAX_ROWS,
     INT8_KERNEL_MAX_ROWS,
@@ -24,6 +26,7 @@ from engine.linear import (
     quantize_int8,
 )
 from engine.llama import PagedLlama, UnsupportedModel
+from engine.smoothing import CalibrationMissing, layer_scales
 from tests.engine.conftest import hf_greedy, make_core, random_prompt, run_core, tiny_llama
 
 PARAMS = SamplingParams(max_tokens=10, ignore_eos=True)
@@ -160,3 +163,85 @@ def test_smollm2_quantized_answers_like_float(
 def test_fbgemm_formats_are_refused_off_the_cpu(weights: WeightFormat) -> None:
     with pytest.raises(UnsupportedModel, match="x86 CPUs only"):
         PagedLlama(tiny_llama(seed=1), torch.device("cuda"), torch.bfloat16, weights)
+
+
+def outlier_llama() -> Any:
+    """A 4-layer tiny Llama whose norms make two channels of every projection input loud."""
+    model = tiny_llama(seed=5, num_hidden_layers=4)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for norm in (layer.input_layernorm, layer.post_attention_layernorm):
+                norm.weight[[3, 17]] *= 40.0
+    return model
+
+
+def prefill_logits(model: PagedLlama, ids: list[int]) -> torch.Tensor:
+    """Every row's logits after one prefill of `ids` into a throwaway KV cache."""
+    shape, n = model.shape, len(ids)
+    cache = [
+        (
+            torch.zeros(n, shape.num_kv_heads, shape.head_dim, dtype=model.dtype),
+            torch.zeros(n, shape.num_kv_heads, shape.head_dim, dtype=model.dtype),
+        )
+        for _ in range(shape.num_layers)
+    ]
+    ctx = AttentionContext(torch.arange(n), 0, None, None, (PrefillChunk(0, n, None, None),))
+    with torch.inference_mode():
+        return model.forward(torch.tensor(ids), torch.arange(n), ctx, cache, torch.arange(n))
+
+
+@needs_fbgemm
+def test_smoothing_leaves_the_float_model_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Folding 1/s into the norms and s into the weights is exact up to rounding."""
+    model = outlier_llama()
+    calibration, prompt = random_prompt(64, seed=1), random_prompt(40, seed=2)
+    scales = layer_scales(model, calibration)
+    assert max(float(s.qkv.amax() / s.qkv.amin()) for s in scales) > 10  # far from identity
+
+    def dense(weight: torch.Tensor, bias: Any, dtype: torch.dtype, _fmt: str) -> Any:
+        return make_linear(weight, bias, dtype, "float")
+
+    float_model = PagedLlama(model, torch.device("cpu"), torch.float32, "float")
+    monkeypatch.setattr(llama, "make_linear", dense)  # smoothed, but nothing quantized
+    monkeypatch.setattr(
+        llama, "make_output_projection", lambda w, dtype, _fmt: dense(w, None, dtype, "")
+    )
+    smoothed = PagedLlama(model, torch.device("cpu"), torch.float32, "w8a8", calibration)
+    torch.testing.assert_close(
+        prefill_logits(smoothed, prompt), prefill_logits(float_model, prompt), rtol=1e-4, atol=1e-4
+    )
+
+
+@needs_fbgemm
+def test_smoothed_w8a8_is_closer_to_float_than_unsmoothed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A middle layer's norm + q/k/v and norm + gate/up, on hidden states with loud channels."""
+    model = outlier_llama()
+    calibration = random_prompt(64, seed=1)
+    hidden = torch.randn(16, 64, generator=torch.Generator().manual_seed(3))
+    cpu = torch.device("cpu")
+
+    def outputs(paged: PagedLlama) -> torch.Tensor:
+        layer = paged.layers[1]  # w8a8 keeps the first and last layers in fp16
+        qkv = layer.qkv(F.rms_norm(hidden, (64,), layer.input_norm, paged.eps))
+        gate_up = layer.gate_up(F.rms_norm(hidden, (64,), layer.post_norm, paged.eps))
+        return torch.cat([qkv, gate_up], dim=-1)
+
+    reference = outputs(PagedLlama(model, cpu, torch.float32, "float"))
+
+    def error(paged: PagedLlama) -> float:
+        return float((outputs(paged) - reference).norm() / reference.norm())
+
+    smoothed = error(PagedLlama(model, cpu, torch.float32, "w8a8", calibration))
+    ones = [
+        type(s)(torch.ones_like(s.qkv), torch.ones_like(s.gate_up))
+        for s in layer_scales(model, calibration)
+    ]
+    monkeypatch.setattr(llama, "layer_scales", lambda _model, _ids: ones)
+    unsmoothed = error(PagedLlama(model, cpu, torch.float32, "w8a8", calibration))
+    assert smoothed < 0.5 * unsmoothed
+
+
+@needs_fbgemm
+def test_w8a8_needs_calibration_ids() -> None:
+    with pytest.raises(CalibrationMissing, match="calibration"):
+        PagedLlama(tiny_llama(seed=1), torch.device("cpu"), torch.bfloat16, "w8a8")
