@@ -512,9 +512,9 @@ def bench_latency(embed: Embedder) -> list[str]:
         f"first {EMBED_CHARS} characters as topics (its n-grams read the whole window), so "
         "with topics on one model pass serves both checks. Guardrail embedder: MiniLM in "
         f"{'bfloat16 (this CPU has native bf16)' if cpu_has_bf16() else 'float32'}, on "
-        f"{embed.threads} torch thread(s) per call, as in the gateway (half the cores: the "
-        "half the engine thread leaves; two threads on a busy core stall at OpenMP "
-        "barriers); retrieval's float32 row runs on torch's default "
+        f"{embed.threads} torch thread(s) per call, as in the gateway (half the cores: two "
+        "threads on a busy core stall at OpenMP barriers); retrieval's float32 row runs "
+        "on torch's default "
         f"{torch.get_num_threads()}. Load average when it started: {load:.1f} on "
         f"{os.cpu_count()} cores (other engineers' jobs), so absolute figures are "
         "inflated; compare rows.",

@@ -11,6 +11,12 @@ from engine.sampling import sample_batch
 from engine.scheduler import ScheduledBatch
 from engine.types import EngineError, TokenLogprob
 
+# A step of fewer tokens than this (a few decodes) runs on one thread: its ops are too small
+# to share, and on 2 cores a second thread made one stream's decoding erratic (38-57 tok/s
+# against 52-53 on one thread) while it made 16 decodes 1.2-1.6x and prefill-heavy steps
+# 1.4-1.9x faster (bench/engine.py).
+SHARED_STEP_MIN_TOKENS = 8
+
 
 def kv_bytes_per_block(shape: ModelShape, block_size: int, dtype: torch.dtype) -> int:
     element = torch.tensor([], dtype=dtype).element_size()
@@ -21,9 +27,17 @@ class ModelRunner:
     """Runs the model for a step: builds token, position and slot tensors, then samples."""
 
     def __init__(
-        self, model: PagedLlama, num_blocks: int, block_size: int, device: torch.device
+        self,
+        model: PagedLlama,
+        num_blocks: int,
+        block_size: int,
+        device: torch.device,
+        threads: int | None = None,
     ) -> None:
+        """`threads`: intra-op threads for steps of SHARED_STEP_MIN_TOKENS or more (smaller
+        ones get one); None leaves the calling thread's setting alone."""
         self.model = model
+        self.threads = threads
         self.block_size = block_size
         self.device = device
         shape = model.shape
@@ -51,7 +65,7 @@ class ModelRunner:
                 f"a KV cache of {kv_cache_mb} MiB holds fewer than 2 blocks of {block_size} "
                 f"tokens ({per_block} bytes each): raise BASTION_KV_CACHE_MB"
             )
-        return cls(model, num_blocks, block_size, device)
+        return cls(model, num_blocks, block_size, device, config.threads_for(device.type))
 
     @property
     def num_blocks(self) -> int:
@@ -110,6 +124,7 @@ class ModelRunner:
         )
         if decode_tables:
             ctx = self._with_decodes(ctx, decode_tables, decode_lengths)
+        self._set_threads(len(ids))
         logits = self.model.forward(
             torch.tensor(ids, dtype=torch.long, device=self.device),
             torch.tensor(positions, dtype=torch.long, device=self.device),
@@ -129,6 +144,14 @@ class ModelRunner:
             for index, result in zip(samplers, sampled, strict=True):
                 results[index] = result
         return results
+
+    def _set_threads(self, num_tokens: int) -> None:
+        """One thread for a small step, `threads` for a larger one (this thread only)."""
+        if self.threads is None:
+            return
+        wanted = self.threads if num_tokens >= SHARED_STEP_MIN_TOKENS else 1
+        if torch.get_num_threads() != wanted:
+            torch.set_num_threads(wanted)
 
     def _with_decodes(
         self, ctx: AttentionContext, tables: list[list[int]], lengths: list[int]

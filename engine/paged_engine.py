@@ -315,9 +315,6 @@ class PagedEngine:
     def _loop(self) -> None:
         core = self._core
         metrics_at = 0.0
-        threads = self._config.threads_for(core.runner.device.type)
-        if threads is not None:
-            torch.set_num_threads(threads)  # this thread only
         while True:
             command: object | None = self._commands.get() if not core.has_work else None
             try:

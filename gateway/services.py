@@ -128,7 +128,8 @@ def policy_change_entry(change: PolicyChange) -> AuditEntry:
 
 
 def engine_config(settings: Settings, device: str) -> EngineConfig:
-    """The engine's settings: the KV budget, and quantized weights where they pay off."""
+    """The engine's settings: the KV budget, its threads, and quantized weights where they
+    pay off."""
     weights: WeightFormat
     if settings.engine_weights != "auto":
         weights = settings.engine_weights
@@ -136,7 +137,11 @@ def engine_config(settings: Settings, device: str) -> EngineConfig:
         weights = "float"
     else:
         weights = "fp16" if fbgemm_supported() else "int8"
-    return EngineConfig(kv_cache_mb=settings.kv_cache_mb or kv_cache_mb_from_env(), weights=weights)
+    return EngineConfig(
+        kv_cache_mb=settings.kv_cache_mb or kv_cache_mb_from_env(),
+        weights=weights,
+        num_threads=settings.engine_threads,
+    )
 
 
 def load_services(settings: Settings) -> Services:

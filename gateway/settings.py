@@ -41,9 +41,16 @@ class Settings(BaseSettings):
     engine_weights: Literal["auto", "fp16", "w8a8", "int8", "float"] = Field(
         default="auto",
         description="fp16: fp16 weights for small batches, as faithful as bf16 (x86 CPUs); "
-        "w8a8: int8 weights and activations, the fastest, at a measured cost in answers; "
+        "w8a8: int8 weights and activations (smoothed; fp16 in the most sensitive layers), "
+        "the fastest, slightly less faithful than fp16 (docs/benchmarks.md); "
         "int8: int8 weights, bf16 activations; float: the model's own weights; "
         "auto: fp16 on CPU (int8 where fbgemm is missing), float on CUDA.",
+    )
+    engine_threads: int | None = Field(
+        default=None,
+        ge=1,
+        description="Intra-op threads of the engine on CPU; default: every core. Fewer leave "
+        "cores to other processes on a shared machine.",
     )
     sample_corpus: Path | None = REPO_ROOT / "docs" / "sample-corpus"
     default_tenant: str = "default"

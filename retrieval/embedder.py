@@ -77,9 +77,9 @@ class Embedder:
         queries; documents keep this float32 one), with its own cache, so a user message
         both need is embedded once. It computes in bfloat16 where the CPU
         has native bf16 instructions (about 1.6 times faster, cosine 0.999 to float32; the
-        indexes keep float32) and runs on half the cores: the half the engine thread leaves
-        (`EngineConfig.threads_for`). Two threads fighting over a busy core stall at
-        OpenMP barriers, which costs far more than the second thread gains."""
+        indexes keep float32) and runs on half the cores, beside the engine thread. Two
+        threads fighting over a busy core stall at OpenMP barriers, which costs far more
+        than the second thread gains."""
         import torch
 
         model = copy.deepcopy(self._model)

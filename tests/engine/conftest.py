@@ -62,6 +62,7 @@ def token_ids(outputs: Sequence[StepOutput]) -> list[int]:
 
 def make_core(model: LlamaForCausalLM, **config: object) -> EngineCore:
     """A synchronous engine core (no thread) over `model`, for step-by-step tests."""
+    config.setdefault("num_threads", 1)
     engine_config = EngineConfig(**config)  # type: ignore[arg-type]
     paged = PagedLlama(
         model,

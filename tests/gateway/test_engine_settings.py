@@ -1,6 +1,9 @@
-"""How `BASTION_ENGINE_WEIGHTS` and the device choose the engine's weights."""
+"""How `BASTION_ENGINE_WEIGHTS`, `BASTION_ENGINE_THREADS` and the device choose the engine's
+weights and threads."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 from pydantic import ValidationError
@@ -30,4 +33,17 @@ def test_weights_setting_and_device(weights: str, device: str, expected: str) ->
 def test_unknown_weights_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BASTION_ENGINE_WEIGHTS", "int4")
     with pytest.raises(ValidationError, match="engine_weights"):
+        Settings()
+
+
+def test_threads_setting_reaches_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert engine_config(Settings(), "cpu").threads_for("cpu") == os.cpu_count()
+    monkeypatch.setenv("BASTION_ENGINE_THREADS", "2")
+    config = engine_config(Settings(), "cpu")
+    assert config.num_threads == 2 and config.threads_for("cpu") == 2
+
+
+def test_zero_threads_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BASTION_ENGINE_THREADS", "0")
+    with pytest.raises(ValidationError, match="engine_threads"):
         Settings()
