@@ -109,7 +109,10 @@ def bench_injection(embed: Callable[[list[str]], np.ndarray]) -> list[str]:
         "abstracts as ordinary documents (retrieved-chunk case); padded: 150 short test "
         "attacks hidden after (half also before) harmless test texts of 200-700 characters "
         "(`padded_attacks`): padding dilutes the whole text's n-grams and embedding, not "
-        "the attack's own sentences (recall 0.10 before units were scored).",
+        "the attack's own sentences (recall 0.10 before units were scored); contacts: 200 "
+        "harmless messages with email addresses, phone numbers and links (Faker, "
+        "`contact_messages`), held out only: training on 400 more from other templates "
+        "cost recall (pooled 0.944 -> 0.931).",
         "",
     ]
     screened = _screened_share(embed, test)
