@@ -14,8 +14,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from engine.attention import AttentionContext, PrefillChunk
-from engine.llama import PagedLlama
+from engine.llama import PagedLlama, standalone_prefill_logits
 from engine.tokenization import encode_chat
 from engine.types import ChatMessage
 
@@ -42,23 +41,9 @@ QUESTIONS = (
 )
 
 
-def _logits(model: PagedLlama, ids: list[int], rows: torch.Tensor) -> torch.Tensor:
-    """Logits of `rows` after one prefill of `ids` into a throwaway KV cache."""
-    shape, n = model.shape, len(ids)
-    cache = [
-        (
-            torch.zeros(n, shape.num_kv_heads, shape.head_dim, dtype=model.dtype),
-            torch.zeros(n, shape.num_kv_heads, shape.head_dim, dtype=model.dtype),
-        )
-        for _ in range(shape.num_layers)
-    ]
-    ctx = AttentionContext(torch.arange(n), 0, None, None, (PrefillChunk(0, n, None, None),))
-    return model.forward(torch.tensor(ids), torch.arange(n), ctx, cache, rows)
-
-
 @torch.inference_mode()
 def engine_perplexity(model: PagedLlama, ids: list[int]) -> float:
-    logits = _logits(model, ids, torch.arange(len(ids) - 1))
+    logits = standalone_prefill_logits(model, ids, torch.arange(len(ids) - 1))
     return math.exp(F.cross_entropy(logits, torch.tensor(ids[1:])).item())
 
 
@@ -70,7 +55,9 @@ def greedy_answers(model: PagedLlama, tokenizer: Any, new_tokens: int = 10) -> l
         ids = encode_chat(tokenizer, [ChatMessage("user", question)])
         prompt_length = len(ids)
         for _ in range(new_tokens):
-            ids.append(int(_logits(model, ids, torch.tensor([len(ids) - 1]))[0].argmax()))
+            ids.append(
+                int(standalone_prefill_logits(model, ids, torch.tensor([len(ids) - 1]))[0].argmax())
+            )
         answers.append(ids[prompt_length:])
     return answers
 

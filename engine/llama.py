@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from engine.attention import AttentionContext, paged_attention
+from engine.attention import AttentionContext, PrefillChunk, paged_attention
 from engine.linear import (
     FBGEMM_FORMATS,
     Linear,
@@ -242,3 +242,21 @@ class PagedLlama:
         hidden = hidden.index_select(0, logit_rows)
         hidden = _rms_norm(hidden, self.final_norm, eps)
         return self.lm_head(hidden).float()
+
+
+@torch.inference_mode()
+def standalone_prefill_logits(
+    model: PagedLlama, ids: Sequence[int], rows: torch.Tensor
+) -> torch.Tensor:
+    """Logits of `rows` after one prefill of `ids` into a throwaway KV cache: for measuring
+    a model (fidelity, tests) outside the engine and its block pool."""
+    shape, n = model.shape, len(ids)
+    cache = [
+        (
+            torch.zeros(n, shape.num_kv_heads, shape.head_dim, dtype=model.dtype),
+            torch.zeros(n, shape.num_kv_heads, shape.head_dim, dtype=model.dtype),
+        )
+        for _ in range(shape.num_layers)
+    ]
+    ctx = AttentionContext(torch.arange(n), 0, None, None, (PrefillChunk(0, n, None, None),))
+    return model.forward(torch.tensor(list(ids)), torch.arange(n), ctx, cache, rows)

@@ -11,7 +11,6 @@ import torch
 import torch.nn.functional as F
 
 from engine import ChatMessage, EngineConfig, GenerationRequest, PagedEngine, SamplingParams, llama
-from engine.attention import AttentionContext, PrefillChunk
 from engine.linear import (
     FP16_KERNEL_MAX_ROWS,
     INT8_KERNEL_MAX_ROWS,
@@ -25,7 +24,7 @@ from engine.linear import (
     make_output_projection,
     quantize_int8,
 )
-from engine.llama import PagedLlama, UnsupportedModel
+from engine.llama import PagedLlama, UnsupportedModel, standalone_prefill_logits
 from engine.smoothing import CalibrationMissing, layer_scales
 from tests.engine.conftest import hf_greedy, make_core, random_prompt, run_core, tiny_llama
 
@@ -175,21 +174,6 @@ def outlier_llama() -> Any:
     return model
 
 
-def prefill_logits(model: PagedLlama, ids: list[int]) -> torch.Tensor:
-    """Every row's logits after one prefill of `ids` into a throwaway KV cache."""
-    shape, n = model.shape, len(ids)
-    cache = [
-        (
-            torch.zeros(n, shape.num_kv_heads, shape.head_dim, dtype=model.dtype),
-            torch.zeros(n, shape.num_kv_heads, shape.head_dim, dtype=model.dtype),
-        )
-        for _ in range(shape.num_layers)
-    ]
-    ctx = AttentionContext(torch.arange(n), 0, None, None, (PrefillChunk(0, n, None, None),))
-    with torch.inference_mode():
-        return model.forward(torch.tensor(ids), torch.arange(n), ctx, cache, torch.arange(n))
-
-
 @needs_fbgemm
 def test_smoothing_leaves_the_float_model_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
     """Folding 1/s into the norms and s into the weights is exact up to rounding."""
@@ -208,7 +192,10 @@ def test_smoothing_leaves_the_float_model_unchanged(monkeypatch: pytest.MonkeyPa
     )
     smoothed = PagedLlama(model, torch.device("cpu"), torch.float32, "w8a8", calibration)
     torch.testing.assert_close(
-        prefill_logits(smoothed, prompt), prefill_logits(float_model, prompt), rtol=1e-4, atol=1e-4
+        standalone_prefill_logits(smoothed, prompt, torch.arange(len(prompt))),
+        standalone_prefill_logits(float_model, prompt, torch.arange(len(prompt))),
+        rtol=1e-4,
+        atol=1e-4,
     )
 
 
