@@ -253,8 +253,8 @@ def standalone_prefill_logits(
     shape, n = model.shape, len(ids)
     cache = [
         (
-            torch.zeros(n, shape.num_kv_heads, shape.head_dim, dtype=model.dtype),
-            torch.zeros(n, shape.num_kv_heads, shape.head_dim, dtype=model.dtype),
+            torch.zeros(shape.num_kv_heads, n, shape.head_dim, dtype=model.dtype),
+            torch.zeros(shape.num_kv_heads, n, shape.head_dim, dtype=model.dtype),
         )
         for _ in range(shape.num_layers)
     ]

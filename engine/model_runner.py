@@ -42,7 +42,7 @@ class ModelRunner:
         self.device = device
         shape = model.shape
         slots = num_blocks * block_size
-        dims = (slots, shape.num_kv_heads, shape.head_dim)
+        dims = (shape.num_kv_heads, slots, shape.head_dim)  # head-major (engine/attention.py)
         self.kv_cache = [
             (
                 torch.zeros(dims, dtype=model.dtype, device=device),
@@ -69,7 +69,7 @@ class ModelRunner:
 
     @property
     def num_blocks(self) -> int:
-        return self.kv_cache[0][0].shape[0] // self.block_size
+        return self.kv_cache[0][0].shape[1] // self.block_size
 
     def _slots(self, block_table: list[int], start: int, end: int) -> torch.Tensor:
         """Slots of token positions `start:end` of a sequence."""

@@ -12,8 +12,8 @@ def test_batched_bf16_decode_matches_float_reference() -> None:
     torch.manual_seed(0)
     kv_heads, group, head_dim, slots = 2, 3, 16, 64
     lengths = [5, 17, 9]
-    k_cache = torch.randn(slots, kv_heads, head_dim)
-    v_cache = torch.randn(slots, kv_heads, head_dim)
+    k_cache = torch.randn(kv_heads, slots, head_dim)  # head-major, as the pool
+    v_cache = torch.randn(kv_heads, slots, head_dim)
     width = max(lengths)
     # Each sequence owns a disjoint run of slots; its newest token is the last one.
     starts = [0, 20, 40]
@@ -33,10 +33,10 @@ def test_batched_bf16_decode_matches_float_reference() -> None:
         v_cache.bfloat16(),
         ctx,
     )
-    k_cache[new_slots], v_cache[new_slots] = k_new, v_new
+    k_cache[:, new_slots], v_cache[:, new_slots] = k_new.transpose(0, 1), v_new.transpose(0, 1)
     for row, (start, n) in enumerate(zip(starts, lengths, strict=True)):
-        keys = k_cache[start : start + n].transpose(0, 1)  # [kv_heads, n, dim]
-        values = v_cache[start : start + n].transpose(0, 1)
+        keys = k_cache[:, start : start + n]  # [kv_heads, n, dim]
+        values = v_cache[:, start : start + n]
         query = q[row].view(kv_heads, group, head_dim)
         expected = F.scaled_dot_product_attention(query, keys, values).reshape(-1)
         torch.testing.assert_close(out[row].float(), expected, rtol=0.03, atol=0.03)
