@@ -55,34 +55,25 @@ def _output_pii_verdict(live_server: LiveServer, request_id: str) -> dict[str, A
     return [v for v in row.verdicts if v["check"] == "pii"][-1]
 
 
-def test_whole_answer_never_shows_the_address(client: OpenAI, live_server: LiveServer) -> None:
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_answer_never_shows_the_address(
+    client: OpenAI, live_server: LiveServer, stream: bool
+) -> None:
     raw = client.chat.completions.with_raw_response.create(
         model=live_server.engine.model_id,
         messages=[{"role": "user", "content": QUESTION}],
         max_tokens=24,
         temperature=0,
+        stream=stream,
     )
-    answer = raw.parse().choices[0].message.content or ""
-    assert ADDRESS not in answer
-    assert "<EMAIL_ADDRESS" in answer
-    request_id = raw.headers["x-request-id"]
-    assert live_server.engine.received[request_id][-1].content == QUESTION
-    verdict = _output_pii_verdict(live_server, request_id)
-    assert verdict["action"] == "redact" and "EMAIL_ADDRESS" in verdict["evidence"]
-
-
-def test_streamed_answer_never_shows_the_address(client: OpenAI, live_server: LiveServer) -> None:
-    raw = client.chat.completions.with_raw_response.create(
-        model=live_server.engine.model_id,
-        messages=[{"role": "user", "content": QUESTION}],
-        max_tokens=24,
-        temperature=0,
-        stream=True,
-    )
-    pieces = [chunk.choices[0].delta.content or "" for chunk in raw.parse() if chunk.choices]
-    assert len([p for p in pieces if p]) >= 1
+    if stream:
+        pieces = [chunk.choices[0].delta.content or "" for chunk in raw.parse() if chunk.choices]
+    else:
+        pieces = [raw.parse().choices[0].message.content or ""]
     assert not any(ADDRESS in piece for piece in pieces)
     assert ADDRESS not in "".join(pieces)
     assert "<EMAIL_ADDRESS" in "".join(pieces)
-    verdict = _output_pii_verdict(live_server, raw.headers["x-request-id"])
+    request_id = raw.headers["x-request-id"]
+    assert live_server.engine.received[request_id][-1].content == QUESTION
+    verdict = _output_pii_verdict(live_server, request_id)
     assert verdict["action"] == "redact" and "EMAIL_ADDRESS" in verdict["evidence"]
