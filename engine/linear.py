@@ -39,6 +39,9 @@ FBGEMM_FORMATS: frozenset[WeightFormat] = frozenset({"fp16", "w8a8"})
 # 2-core AVX-512 CPU, one thread): 1 row 25 vs 49 ms a step, 4 rows 42 vs 55, 8 rows 77
 # vs 69.
 INT8_KERNEL_MAX_ROWS = 4
+# PyTorch 2.13's int8 kernel returns garbage (NaN on a tiny Llama) unless the input
+# features are a multiple of 16; other shapes take the dense twin.
+INT8_KERNEL_FEATURE_MULTIPLE = 16
 # Likewise for fbgemm's fp16 kernel (float activations): 1 row 12 vs 37 ms a step, 16 rows
 # 54 vs 63, 64 rows 241 vs 144.
 FP16_KERNEL_MAX_ROWS = 24
@@ -65,7 +68,7 @@ class Int8Linear:
     bias: torch.Tensor | None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[0] > INT8_KERNEL_MAX_ROWS:
+        if x.shape[0] > INT8_KERNEL_MAX_ROWS or x.shape[-1] % INT8_KERNEL_FEATURE_MULTIPLE:
             return F.linear(x, self.dense, self.bias)
         out = torch._weight_int8pack_mm(x.contiguous(), self.quantized, self.scales)
         return out if self.bias is None else out + self.bias

@@ -25,6 +25,7 @@ from engine.linear import (
     make_linear,
     make_output_projection,
 )
+from engine.native_decode import NativeDecoder, load_library, supports
 from engine.smoothing import layer_scales
 from engine.types import EngineError
 
@@ -205,6 +206,20 @@ class PagedLlama:
         self.cos, self.sin = rope_tables(config, self.shape.max_positions, device)
         self.cos = self.cos.to(dtype)
         self.sin = self.sin.to(dtype)
+        self._native: NativeDecoder | None = None
+
+    def native_decoder(
+        self, kv_cache: list[tuple[torch.Tensor, torch.Tensor]]
+    ) -> NativeDecoder | None:
+        """The native decode kernel (engine/native_decode.py) over this KV pool, where it
+        runs this model: steps of decodes alone go through it."""
+        if self._native is not None and self._native.serves(kv_cache):
+            return self._native
+        library = load_library()
+        if library is None or not supports(self, kv_cache[0][0].dtype):
+            return None
+        self._native = NativeDecoder(library, self, kv_cache)
+        return self._native
 
     def forward(
         self,
@@ -215,6 +230,14 @@ class PagedLlama:
         logit_rows: torch.Tensor,
     ) -> torch.Tensor:
         """Logits (float32) of the rows in `logit_rows`, after writing every token's K/V."""
+        if not ctx.prefills and ctx.decode_slots is not None:
+            native = self.native_decoder(kv_cache)
+            if native is not None:
+                embeddings = F.embedding(input_ids, self.embed)
+                logits = native.step(
+                    embeddings, positions, ctx.decode_slots, torch.get_num_threads()
+                )
+                return logits.index_select(0, logit_rows)
         shape = self.shape
         num_tokens = input_ids.shape[0]
         q_size = shape.num_heads * shape.head_dim

@@ -124,7 +124,8 @@ class ModelRunner:
         )
         if decode_tables:
             ctx = self._with_decodes(ctx, decode_tables, decode_lengths)
-        self._set_threads(len(ids))
+        native = not prefills and self.model.native_decoder(self.kv_cache) is not None
+        self._set_threads(len(ids), native)
         logits = self.model.forward(
             torch.tensor(ids, dtype=torch.long, device=self.device),
             torch.tensor(positions, dtype=torch.long, device=self.device),
@@ -145,11 +146,13 @@ class ModelRunner:
                 results[index] = result
         return results
 
-    def _set_threads(self, num_tokens: int) -> None:
-        """One thread for a small step, `threads` for a larger one (this thread only)."""
+    def _set_threads(self, num_tokens: int, native: bool) -> None:
+        """One thread for a small step, `threads` for a larger one or a native decode step,
+        whose one parallel region shares even a single row's weights well (this thread
+        only)."""
         if self.threads is None:
             return
-        wanted = self.threads if num_tokens >= SHARED_STEP_MIN_TOKENS else 1
+        wanted = self.threads if native or num_tokens >= SHARED_STEP_MIN_TOKENS else 1
         if torch.get_num_threads() != wanted:
             torch.set_num_threads(wanted)
 

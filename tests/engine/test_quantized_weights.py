@@ -76,6 +76,17 @@ def test_small_batch_kernel_and_dense_twin_agree(
         assert (out.float() - reference).norm() / reference.norm() < tolerance
 
 
+@pytest.mark.parametrize("features", [40, 100])
+def test_int8_projection_is_right_where_the_kernel_is_not(features: int) -> None:
+    """PyTorch's int8 kernel is wrong for these widths: they take the dense twin."""
+    torch.manual_seed(5)
+    weight = torch.randn(64, features)
+    linear = make_linear(weight, None, torch.bfloat16, "int8")
+    x = torch.randn(1, features, dtype=torch.bfloat16)
+    reference = x.float() @ weight.T
+    assert (linear(x).float() - reference).norm() / reference.norm() < 0.02
+
+
 @needs_fbgemm
 def test_w8a8_projection_is_close_to_float() -> None:
     torch.manual_seed(1)
