@@ -1,7 +1,7 @@
 """Decode steps through engine/native/decode_step.c: a whole step in one native call.
 
 The C source ships with the package and is compiled on first use with the machine's C
-compiler (`-march=native`, OpenMP), into a cache keyed by the source, the compiler and
+compiler (`-march=native`), into a cache keyed by the source, the compiler and
 the CPU. Where there is no compiler or it fails, the engine keeps its PyTorch path: the
 native step is an accelerator, never a requirement.
 """
@@ -30,7 +30,7 @@ log = structlog.get_logger(__name__)
 SOURCE = Path(__file__).with_name("native") / "decode_step.c"
 CACHE_ENV = "BASTION_NATIVE_CACHE"
 DISABLE_ENV = "BASTION_NATIVE_DECODE"
-_COMPILE_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
+_COMPILE_FLAGS = ("-O3", "-march=native", "-pthread", "-shared", "-fPIC")
 
 # The shape of the kernel's weight tiles (TILE_ROWS, TILE_DEPTH in decode_step.c).
 _TILE_ROWS = 4

@@ -3,18 +3,24 @@
  * Why native: on a CPU a decode step of a 135M model is ~40 small PyTorch ops per layer,
  * each costing microseconds of dispatch, plus weight-bound matmuls. Here the whole step
  * (RMSNorm, q/k/v, RoPE, K/V write, paged attention, o, MLP, residuals, final norm) runs
- * in one call and one OpenMP parallel region, on int8 weights (one scale per output
- * channel) with float32 activations.
+ * in one call, on int8 weights (one scale per output channel) with float32 activations.
+ *
+ * Threads: a small pool of its own (below) whose workers spin briefly between steps and
+ * meet at spinning barriers. OpenMP's barriers sleep as soon as the
+ * process has more OpenMP threads than cores (any other thread that ran a PyTorch op),
+ * and a step has ~9 barriers a layer: with them a step took 12 ms instead of 5.
  *
  * Layouts follow engine/: projection weights row-major `[out, in]`, q/k/v and gate/up
  * fused; each layer's KV pool `[kv_heads, slots, head_dim]` in bf16 or float32. The
  * caller (engine/native_decode.py) checks shapes; this file trusts them.
  */
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <omp.h>
 #ifdef __AVX512F__
 #include <immintrin.h>
 #endif
@@ -122,18 +128,22 @@ int bastion_packed_layout(int64_t out, int64_t in) {
 #endif
 }
 
-/* y[b * ldy + n] = scale[n] * dot(W[n], x[b]) + bias[n], rows of W shared among threads.
- * xq, xs: scratch for the quantized activations ([batch, in] and [batch]). */
-static void project(const Projection *p, const float *x, int64_t ldx, int64_t batch, float *y,
-                    int64_t ldy, int16_t *xq, float *xs) {
+/* The part [*lo, *hi) of `total` items that thread `tid` of `n` takes. */
+static void span(int tid, int n, int64_t total, int64_t *lo, int64_t *hi) {
+    *lo = total * tid / n;
+    *hi = total * (tid + 1) / n;
+}
+
+/* y[b * ldy + n] = scale[n] * dot(W[n], xq[b]) * xs[b] + bias[n] for this thread's share of
+ * the rows of W; xq, xs are the activations quantized by quantize_row. */
+static void project(const Projection *p, const int16_t *xq, const float *xs, int64_t batch,
+                    float *y, int64_t ldy, int tid, int threads) {
     const int64_t N = p->out, K = p->in;
-    const int32_t limit = activation_limit(K);
-#pragma omp for schedule(static)
-    for (int64_t b = 0; b < batch; b++) quantize_row(x + b * ldx, K, limit, xq + b * K, xs + b);
+    int64_t lo, hi;
 #ifdef FAST_TILES
     if (bastion_packed_layout(N, K)) {
-#pragma omp for schedule(static)
-        for (int64_t n0 = 0; n0 < N; n0 += TILE_ROWS) {
+        span(tid, threads, N / TILE_ROWS, &lo, &hi);
+        for (int64_t n0 = lo * TILE_ROWS; n0 < hi * TILE_ROWS; n0 += TILE_ROWS) {
             int64_t b0 = 0;
             for (; b0 + 4 <= batch; b0 += 4) tile(p, n0, xq, xs, b0, 4, y, ldy);
             for (; b0 < batch; b0++) tile(p, n0, xq, xs, b0, 1, y, ldy);
@@ -141,8 +151,8 @@ static void project(const Projection *p, const float *x, int64_t ldx, int64_t ba
         return;
     }
 #endif
-#pragma omp for schedule(static)
-    for (int64_t n = 0; n < N; n++) {
+    span(tid, threads, N, &lo, &hi);
+    for (int64_t n = lo; n < hi; n++) {
         const int8_t *w = p->weight + n * K;
         for (int64_t b = 0; b < batch; b++) {
             const int16_t *xb = xq + b * K;
@@ -316,6 +326,198 @@ static void attend(const Model *m, const Layer *layer, int64_t g, const float *q
     }
 }
 
+/* ---- the thread pool ---- */
+
+#define MAX_THREADS 256
+#define SPIN_ROUNDS 20000 /* ~0.1-1 ms of pauses before a waiting thread yields or sleeps */
+
+typedef struct Step Step;
+static void run_step(Step *step, int tid, int threads);
+
+static struct {
+    pthread_mutex_t lock; /* held by the step that owns the pool */
+    pthread_mutex_t sleep_lock;
+    pthread_cond_t wake;
+    atomic_uint_fast64_t generation; /* bumped to hand the workers a step */
+    atomic_int done;                 /* workers finished with the current step */
+    atomic_int arrived;              /* the barrier's count */
+    atomic_uint_fast64_t barrier_generation;
+    uint64_t start_generation; /* the generation before the step that started a worker */
+    int workers;  /* started so far */
+    int active;   /* threads in the current step, the caller included */
+    Step *step;
+} pool = {.lock = PTHREAD_MUTEX_INITIALIZER,
+          .sleep_lock = PTHREAD_MUTEX_INITIALIZER,
+          .wake = PTHREAD_COND_INITIALIZER};
+
+static inline void pause_cpu(void) {
+#ifdef __x86_64__
+    _mm_pause();
+#endif
+}
+
+/* Waits for *value to differ from `seen`: spin, then yield the core. */
+static uint64_t await_change(atomic_uint_fast64_t *value, uint64_t seen) {
+    uint64_t now;
+    for (int round = 0; (now = atomic_load_explicit(value, memory_order_acquire)) == seen;
+         round++) {
+        if (round < SPIN_ROUNDS) pause_cpu();
+        else sched_yield();
+    }
+    return now;
+}
+
+static void barrier(int threads) {
+    if (threads == 1) return;
+    uint64_t generation = atomic_load_explicit(&pool.barrier_generation, memory_order_acquire);
+    if (atomic_fetch_add_explicit(&pool.arrived, 1, memory_order_acq_rel) == threads - 1) {
+        atomic_store_explicit(&pool.arrived, 0, memory_order_relaxed);
+        atomic_fetch_add_explicit(&pool.barrier_generation, 1, memory_order_release);
+    } else {
+        await_change(&pool.barrier_generation, generation);
+    }
+}
+
+static void *worker_main(void *arg) {
+    int tid = (int)(intptr_t)arg;
+    /* Not pool.generation: the step that started this thread may have bumped it already. */
+    uint64_t seen = pool.start_generation;
+    for (;;) {
+        uint64_t now = seen;
+        for (int round = 0; round < SPIN_ROUNDS && now == seen; round++) {
+            pause_cpu();
+            now = atomic_load_explicit(&pool.generation, memory_order_acquire);
+        }
+        if (now == seen) { /* idle: sleep until the next step */
+            pthread_mutex_lock(&pool.sleep_lock);
+            while ((now = atomic_load(&pool.generation)) == seen)
+                pthread_cond_wait(&pool.wake, &pool.sleep_lock);
+            pthread_mutex_unlock(&pool.sleep_lock);
+        }
+        seen = now;
+        if (tid < pool.active) run_step(pool.step, tid, pool.active);
+        atomic_fetch_add_explicit(&pool.done, 1, memory_order_acq_rel);
+    }
+    return NULL;
+}
+
+/* Runs `step` on `threads` threads (the caller is thread 0). Only one step at a time owns
+ * the pool; a concurrent caller (another engine) runs its step on its own thread. */
+static void run_parallel(Step *step, int threads) {
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    if (threads <= 1 || pthread_mutex_trylock(&pool.lock) != 0) {
+        run_step(step, 0, 1);
+        return;
+    }
+    pool.start_generation = atomic_load(&pool.generation);
+    while (pool.workers < threads - 1) {
+        pthread_t thread;
+        if (pthread_create(&thread, NULL, worker_main, (void *)(intptr_t)(pool.workers + 1)))
+            break;
+        pthread_detach(thread);
+        pool.workers++;
+    }
+    if (threads > pool.workers + 1) threads = pool.workers + 1;
+    pool.step = step;
+    pool.active = threads;
+    atomic_store(&pool.done, 0);
+    pthread_mutex_lock(&pool.sleep_lock);
+    atomic_fetch_add_explicit(&pool.generation, 1, memory_order_release);
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.sleep_lock);
+    run_step(step, 0, threads);
+    for (int round = 0; atomic_load_explicit(&pool.done, memory_order_acquire) < pool.workers;
+         round++) {
+        if (round < SPIN_ROUNDS) pause_cpu();
+        else sched_yield();
+    }
+    pthread_mutex_unlock(&pool.lock);
+}
+
+/* ---- the step ---- */
+
+struct Step {
+    const Model *m;
+    int64_t batch, width;
+    float *hidden;
+    const int64_t *positions, *context_slots;
+    float *logits;
+    float *x, *qkv, *attn, *gate_up, *delta, *scores, *xs;
+    int16_t *xq;
+};
+
+/* Norm (when `norm` is given) then quantize this thread's share of the rows of `x`. */
+static void prepare_rows(const Step *st, const float *x, int64_t K, const float *norm,
+                         int tid, int threads) {
+    int64_t lo, hi;
+    span(tid, threads, st->batch, &lo, &hi);
+    const int32_t limit = activation_limit(K);
+    for (int64_t b = lo; b < hi; b++) {
+        const float *row = x + b * K;
+        if (norm) {
+            rms_norm(row, norm, K, st->m->eps, st->x + b * K);
+            row = st->x + b * K;
+        }
+        quantize_row(row, K, limit, st->xq + b * K, st->xs + b);
+    }
+}
+
+static void run_step(Step *st, int tid, int threads) {
+    const Model *m = st->m;
+    const int64_t H = m->hidden, D = m->head_dim, NH = m->num_heads, NKV = m->num_kv_heads;
+    const int64_t I = m->intermediate, QKV = (NH + 2 * NKV) * D, group = NH / NKV;
+    const int64_t batch = st->batch, width = st->width;
+    int64_t lo, hi;
+    for (int64_t l = 0; l < m->num_layers; l++) {
+        const Layer *layer = &m->layers[l];
+        prepare_rows(st, st->hidden, H, layer->input_norm, tid, threads);
+        barrier(threads);
+        project(&layer->qkv, st->xq, st->xs, batch, st->qkv, QKV, tid, threads);
+        barrier(threads);
+        /* One (sequence, K/V head) per item: rotate its query heads and its key, store the
+         * new key and value, attend. Items touch disjoint slots, so they need no barrier. */
+        span(tid, threads, batch * NKV, &lo, &hi);
+        for (int64_t item = lo; item < hi; item++) {
+            int64_t b = item / NKV, g = item % NKV, position = st->positions[b];
+            const float *cos = m->cos + position * D, *sin = m->sin + position * D;
+            float *row = st->qkv + b * QKV, *k = row + (NH + g) * D;
+            const int64_t *slots = st->context_slots + b * width;
+            for (int64_t h = g * group; h < (g + 1) * group; h++) rope(row + h * D, cos, sin, D);
+            rope(k, cos, sin, D);
+            int64_t cache_row = g * m->num_slots + slots[position];
+            cache_store(layer->k_cache, m->kv_bf16, cache_row, k, D);
+            cache_store(layer->v_cache, m->kv_bf16, cache_row, row + (NH + NKV + g) * D, D);
+            attend(m, layer, g, row + g * group * D, group, slots, position + 1,
+                   st->scores + item * group * width, st->attn + b * NH * D + g * group * D);
+        }
+        barrier(threads);
+        prepare_rows(st, st->attn, NH * D, NULL, tid, threads);
+        barrier(threads);
+        project(&layer->o, st->xq, st->xs, batch, st->delta, H, tid, threads);
+        barrier(threads);
+        span(tid, threads, batch, &lo, &hi);
+        for (int64_t b = lo; b < hi; b++)
+            for (int64_t i = 0; i < H; i++) st->hidden[b * H + i] += st->delta[b * H + i];
+        prepare_rows(st, st->hidden, H, layer->post_norm, tid, threads);
+        barrier(threads);
+        project(&layer->gate_up, st->xq, st->xs, batch, st->gate_up, 2 * I, tid, threads);
+        barrier(threads);
+        for (int64_t b = lo; b < hi; b++) {
+            float *act = st->gate_up + b * 2 * I; /* silu(gate) * up, over the gate half */
+            swiglu(act, act + I, act, I);
+            quantize_row(act, I, activation_limit(I), st->xq + b * I, st->xs + b);
+        }
+        barrier(threads);
+        project(&layer->down, st->xq, st->xs, batch, st->delta, H, tid, threads);
+        barrier(threads);
+        for (int64_t b = lo; b < hi; b++)
+            for (int64_t i = 0; i < H; i++) st->hidden[b * H + i] += st->delta[b * H + i];
+    }
+    prepare_rows(st, st->hidden, H, m->final_norm, tid, threads);
+    barrier(threads);
+    project(&m->lm_head, st->xq, st->xs, batch, st->logits, m->lm_head.out, tid, threads);
+}
+
 /* hidden: [batch, hidden], the new tokens' embeddings (overwritten). context_slots:
  * [batch, width], row b holding the slots of positions 0..positions[b] (the new token's
  * slot last). logits: [batch, vocab] out. Returns 0, or 1 when scratch memory ran out. */
@@ -323,71 +525,23 @@ int bastion_decode_step(const Model *m, int64_t batch, float *hidden, const int6
                         const int64_t *context_slots, int64_t width, float *logits,
                         int threads) {
     const int64_t H = m->hidden, D = m->head_dim, NH = m->num_heads, NKV = m->num_kv_heads;
-    const int64_t I = m->intermediate, QKV = (NH + 2 * NKV) * D, group = NH / NKV;
-    const int64_t widest = I > H ? I : H;
-    float *x = malloc(sizeof(float) * batch * H);
-    float *qkv = malloc(sizeof(float) * batch * QKV);
-    float *attn = malloc(sizeof(float) * batch * NH * D);
-    float *gate_up = malloc(sizeof(float) * batch * 2 * I);
-    float *act = malloc(sizeof(float) * batch * I);
-    float *delta = malloc(sizeof(float) * batch * widest);
-    float *scores = malloc(sizeof(float) * batch * NH * width);
-    int16_t *xq = malloc(sizeof(int16_t) * batch * (widest > NH * D ? widest : NH * D));
-    float *xs = malloc(sizeof(float) * batch);
-    int failed = !x || !qkv || !attn || !gate_up || !act || !delta || !scores || !xq || !xs;
-    if (!failed) {
-#pragma omp parallel num_threads(threads)
-        {
-            for (int64_t l = 0; l < m->num_layers; l++) {
-                const Layer *layer = &m->layers[l];
-#pragma omp for schedule(static)
-                for (int64_t b = 0; b < batch; b++)
-                    rms_norm(hidden + b * H, layer->input_norm, H, m->eps, x + b * H);
-                project(&layer->qkv, x, H, batch, qkv, QKV, xq, xs);
-#pragma omp for schedule(static)
-                for (int64_t b = 0; b < batch; b++) {
-                    const float *cos = m->cos + positions[b] * D, *sin = m->sin + positions[b] * D;
-                    float *row = qkv + b * QKV;
-                    for (int64_t h = 0; h < NH + NKV; h++) rope(row + h * D, cos, sin, D);
-                    int64_t slot = context_slots[b * width + positions[b]];
-                    for (int64_t g = 0; g < NKV; g++) {
-                        int64_t cache_row = g * m->num_slots + slot;
-                        cache_store(layer->k_cache, m->kv_bf16, cache_row, row + (NH + g) * D, D);
-                        cache_store(layer->v_cache, m->kv_bf16, cache_row,
-                                    row + (NH + NKV + g) * D, D);
-                    }
-                }
-                /* One (sequence, K/V head) per item; the barrier above made every new K/V
-                 * visible. */
-#pragma omp for schedule(dynamic, 1)
-                for (int64_t item = 0; item < batch * NKV; item++) {
-                    int64_t b = item / NKV, g = item % NKV;
-                    attend(m, layer, g, qkv + b * QKV + g * group * D, group,
-                           context_slots + b * width, positions[b] + 1,
-                           scores + item * group * width, attn + b * NH * D + g * group * D);
-                }
-                project(&layer->o, attn, NH * D, batch, delta, H, xq, xs);
-#pragma omp for schedule(static)
-                for (int64_t b = 0; b < batch; b++) {
-                    for (int64_t i = 0; i < H; i++) hidden[b * H + i] += delta[b * H + i];
-                    rms_norm(hidden + b * H, layer->post_norm, H, m->eps, x + b * H);
-                }
-                project(&layer->gate_up, x, H, batch, gate_up, 2 * I, xq, xs);
-#pragma omp for schedule(static)
-                for (int64_t b = 0; b < batch; b++)
-                    swiglu(gate_up + b * 2 * I, gate_up + b * 2 * I + I, act + b * I, I);
-                project(&layer->down, act, I, batch, delta, H, xq, xs);
-#pragma omp for schedule(static)
-                for (int64_t b = 0; b < batch; b++) {
-                    for (int64_t i = 0; i < H; i++) hidden[b * H + i] += delta[b * H + i];
-                    if (l == m->num_layers - 1)
-                        rms_norm(hidden + b * H, m->final_norm, H, m->eps, x + b * H);
-                }
-            }
-            project(&m->lm_head, x, H, batch, logits, m->lm_head.out, xq, xs);
-        }
-    }
-    free(x); free(qkv); free(attn); free(gate_up); free(act); free(delta); free(scores);
-    free(xq); free(xs);
+    const int64_t I = m->intermediate, QKV = (NH + 2 * NKV) * D;
+    int64_t widest = I > H ? I : H;
+    if (NH * D > widest) widest = NH * D;
+    Step st = {.m = m, .batch = batch, .width = width, .hidden = hidden,
+               .positions = positions, .context_slots = context_slots, .logits = logits};
+    st.x = malloc(sizeof(float) * batch * H);
+    st.qkv = malloc(sizeof(float) * batch * QKV);
+    st.attn = malloc(sizeof(float) * batch * NH * D);
+    st.gate_up = malloc(sizeof(float) * batch * 2 * I);
+    st.delta = malloc(sizeof(float) * batch * H);
+    st.scores = malloc(sizeof(float) * batch * NH * width);
+    st.xq = malloc(sizeof(int16_t) * batch * widest);
+    st.xs = malloc(sizeof(float) * batch);
+    int failed = !st.x || !st.qkv || !st.attn || !st.gate_up || !st.delta || !st.scores ||
+                 !st.xq || !st.xs;
+    if (!failed) run_parallel(&st, threads);
+    free(st.x); free(st.qkv); free(st.attn); free(st.gate_up); free(st.delta); free(st.scores);
+    free(st.xq); free(st.xs);
     return failed;
 }
