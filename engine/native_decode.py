@@ -41,7 +41,14 @@ _ptr = ctypes.c_void_p
 
 
 class _Projection(ctypes.Structure):
-    _fields_ = [("weight", _ptr), ("scale", _ptr), ("bias", _ptr), ("out", _int64), ("in_", _int64)]
+    _fields_ = [
+        ("weight", _ptr),
+        ("scale", _ptr),
+        ("bias", _ptr),
+        ("out", _int64),
+        ("in_", _int64),
+        ("group", _int64),
+    ]
 
 
 class _Layer(ctypes.Structure):
@@ -132,7 +139,7 @@ def load_library() -> ctypes.CDLL | None:
         log.warning("native_decode.unavailable", reason=str(detail)[-2000:])
         return None
     library.bastion_packed_layout.restype = ctypes.c_int
-    library.bastion_packed_layout.argtypes = [_int64, _int64]
+    library.bastion_packed_layout.argtypes = [_int64, _int64, _int64]
     function = library.bastion_decode_step
     function.restype = ctypes.c_int
     function.argtypes = [
@@ -155,19 +162,20 @@ class _Int8Weights:
     weight: torch.Tensor
     scale: torch.Tensor
     bias: torch.Tensor | None
+    group: int
 
     @classmethod
     def of(cls, linear: Any, library: ctypes.CDLL) -> _Int8Weights:
         """The kernel's copy of `linear`'s weights, packed tile by tile where it reads them
         so: 4 rows by 32 features at a time, each tile one sequential stream."""
         assert isinstance(linear, Int8Linear)
-        weight = linear.quantized
+        weight, group = linear.quantized, linear.group
         out, features = weight.shape
-        if library.bastion_packed_layout(out, features):
+        if library.bastion_packed_layout(out, features, group):
             tiles = weight.view(out // _TILE_ROWS, _TILE_ROWS, features // _TILE_DEPTH, _TILE_DEPTH)
             weight = tiles.permute(0, 2, 1, 3).contiguous().view(out, features)
         bias = None if linear.bias is None else linear.bias.float().contiguous()
-        return cls(weight, linear.scales.float().contiguous(), bias)
+        return cls(weight, linear.scales.float().contiguous(), bias, group)
 
     def struct(self) -> _Projection:
         out, features = self.weight.shape
@@ -177,6 +185,7 @@ class _Int8Weights:
             None if self.bias is None else self.bias.data_ptr(),
             out,
             features,
+            self.group,
         )
 
 

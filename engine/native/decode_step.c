@@ -3,7 +3,8 @@
  * Why native: on a CPU a decode step of a 135M model is ~40 small PyTorch ops per layer,
  * each costing microseconds of dispatch, plus weight-bound matmuls. Here the whole step
  * (RMSNorm, q/k/v, RoPE, K/V write, paged attention, o, MLP, residuals, final norm) runs
- * in one call, on int8 weights (one scale per output channel) with float32 activations.
+ * in one call, on int8 weights (one scale per group of input features of an output
+ * channel) with float32 activations.
  *
  * Threads: a small pool of its own (below) whose workers spin briefly between steps and
  * meet at spinning barriers. OpenMP's barriers sleep as soon as the
@@ -27,9 +28,9 @@
 
 typedef struct {
     const int8_t *weight; /* [out, in] */
-    const float *scale;   /* [out] */
+    const float *scale;   /* [out, in / group] */
     const float *bias;    /* [out] or NULL */
-    int64_t out, in;
+    int64_t out, in, group;
 } Projection;
 
 typedef struct {
@@ -83,47 +84,63 @@ static void quantize_row(const float *x, int64_t K, int32_t limit, int16_t *q, f
 #if defined(__AVX512F__) && defined(__AVX512VNNI__)
 #define TILE_ROWS 4
 #define TILE_DEPTH 32
+/* Tokens per tile: with 4 rows, 2 keep the int32 and float32 sums in registers (4 spilled:
+ * 16 decodes 37 against 30 ms a step). */
+#define TILE_TOKENS 2
 #define PREFETCH_BYTES 1024
-/* A tile of 4 weight rows by NB tokens: each weight vector is loaded and widened once. The
- * weights are packed tile by tile ([out / 4][in / 32][4][32], see bastion_packed_layout), so
- * that one tile's bytes are one sequential stream. */
+/* A tile of 4 weight rows by NB <= TILE_TOKENS tokens: each weight vector is loaded and
+ * widened once. The weights are packed tile by tile ([out / 4][in / 32][4][32], see
+ * bastion_packed_layout), so that one tile's bytes are one sequential stream. Exact int32
+ * sums within a scale group, scaled into float32 sums at its end. */
 static inline __attribute__((always_inline)) void tile(
     const Projection *p, int64_t n0, const int16_t *xq, const float *xs, int64_t b0, int NB,
     float *y, int64_t ldy) {
-    const int64_t K = p->in;
-    __m512i acc[TILE_ROWS][4];
+    const int64_t K = p->in, groups = K / p->group, depth = p->group / TILE_DEPTH;
+    __m512 sum[TILE_ROWS][TILE_TOKENS];
     for (int i = 0; i < TILE_ROWS; i++)
-        for (int j = 0; j < NB; j++) acc[i][j] = _mm512_setzero_si512();
+        for (int j = 0; j < NB; j++) sum[i][j] = _mm512_setzero_ps();
     const int8_t *w = p->weight + n0 * K;
-    for (int64_t k = 0; k < K; k += TILE_DEPTH, w += TILE_ROWS * TILE_DEPTH) {
-        _mm_prefetch((const char *)(w + PREFETCH_BYTES), _MM_HINT_T0);
-        _mm_prefetch((const char *)(w + PREFETCH_BYTES + 64), _MM_HINT_T0);
-        __m512i wv[TILE_ROWS];
+    const float *scale = p->scale + n0 * groups;
+    for (int64_t g = 0, k = 0; g < groups; g++) {
+        __m512i acc[TILE_ROWS][TILE_TOKENS];
         for (int i = 0; i < TILE_ROWS; i++)
-            wv[i] = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(w + i * TILE_DEPTH)));
-        for (int j = 0; j < NB; j++) {
-            __m512i xv = _mm512_loadu_si512((const void *)(xq + (b0 + j) * K + k));
+            for (int j = 0; j < NB; j++) acc[i][j] = _mm512_setzero_si512();
+        for (int64_t d = 0; d < depth; d++, k += TILE_DEPTH, w += TILE_ROWS * TILE_DEPTH) {
+            _mm_prefetch((const char *)(w + PREFETCH_BYTES), _MM_HINT_T0);
+            _mm_prefetch((const char *)(w + PREFETCH_BYTES + 64), _MM_HINT_T0);
+            __m512i wv[TILE_ROWS];
             for (int i = 0; i < TILE_ROWS; i++)
-                acc[i][j] = _mm512_dpwssd_epi32(acc[i][j], wv[i], xv);
+                wv[i] = _mm512_cvtepi8_epi16(
+                    _mm256_loadu_si256((const __m256i *)(w + i * TILE_DEPTH)));
+            for (int j = 0; j < NB; j++) {
+                __m512i xv = _mm512_loadu_si512((const void *)(xq + (b0 + j) * K + k));
+                for (int i = 0; i < TILE_ROWS; i++)
+                    acc[i][j] = _mm512_dpwssd_epi32(acc[i][j], wv[i], xv);
+            }
+        }
+        for (int i = 0; i < TILE_ROWS; i++) {
+            __m512 s = _mm512_set1_ps(scale[i * groups + g]);
+            for (int j = 0; j < NB; j++)
+                sum[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][j]), s, sum[i][j]);
         }
     }
     for (int i = 0; i < TILE_ROWS; i++) {
-        float s = p->scale[n0 + i], b = p->bias ? p->bias[n0 + i] : 0.0f;
+        float b = p->bias ? p->bias[n0 + i] : 0.0f;
         for (int j = 0; j < NB; j++)
-            y[(b0 + j) * ldy + n0 + i] =
-                (float)_mm512_reduce_add_epi32(acc[i][j]) * (s * xs[b0 + j]) + b;
+            y[(b0 + j) * ldy + n0 + i] = _mm512_reduce_add_ps(sum[i][j]) * xs[b0 + j] + b;
     }
 }
 #define FAST_TILES 1
 #endif
 
 /* Whether a projection of this shape must be packed tile by tile (else row-major). */
-int bastion_packed_layout(int64_t out, int64_t in) {
+int bastion_packed_layout(int64_t out, int64_t in, int64_t group) {
 #ifdef FAST_TILES
-    return out % TILE_ROWS == 0 && in % TILE_DEPTH == 0;
+    return out % TILE_ROWS == 0 && in % group == 0 && group % TILE_DEPTH == 0;
 #else
     (void)out;
     (void)in;
+    (void)group;
     return 0;
 #endif
 }
@@ -134,31 +151,37 @@ static void span(int tid, int n, int64_t total, int64_t *lo, int64_t *hi) {
     *hi = total * (tid + 1) / n;
 }
 
-/* y[b * ldy + n] = scale[n] * dot(W[n], xq[b]) * xs[b] + bias[n] for this thread's share of
- * the rows of W; xq, xs are the activations quantized by quantize_row. */
+/* y[b * ldy + n] = dot(W[n], xq[b]) * xs[b] + bias[n], W[n]'s groups scaled, for this
+ * thread's share of the rows of W; xq, xs are the activations quantized by quantize_row. */
 static void project(const Projection *p, const int16_t *xq, const float *xs, int64_t batch,
                     float *y, int64_t ldy, int tid, int threads) {
     const int64_t N = p->out, K = p->in;
     int64_t lo, hi;
 #ifdef FAST_TILES
-    if (bastion_packed_layout(N, K)) {
+    if (bastion_packed_layout(N, K, p->group)) {
         span(tid, threads, N / TILE_ROWS, &lo, &hi);
         for (int64_t n0 = lo * TILE_ROWS; n0 < hi * TILE_ROWS; n0 += TILE_ROWS) {
             int64_t b0 = 0;
-            for (; b0 + 4 <= batch; b0 += 4) tile(p, n0, xq, xs, b0, 4, y, ldy);
+            for (; b0 + TILE_TOKENS <= batch; b0 += TILE_TOKENS)
+                tile(p, n0, xq, xs, b0, TILE_TOKENS, y, ldy);
             for (; b0 < batch; b0++) tile(p, n0, xq, xs, b0, 1, y, ldy);
         }
         return;
     }
 #endif
+    const int64_t G = p->group, groups = K / G;
     span(tid, threads, N, &lo, &hi);
     for (int64_t n = lo; n < hi; n++) {
         const int8_t *w = p->weight + n * K;
         for (int64_t b = 0; b < batch; b++) {
             const int16_t *xb = xq + b * K;
-            int32_t acc = 0;
-            for (int64_t k = 0; k < K; k++) acc += (int32_t)w[k] * (int32_t)xb[k];
-            y[b * ldy + n] = (float)acc * (p->scale[n] * xs[b]) + (p->bias ? p->bias[n] : 0.0f);
+            float sum = 0.0f;
+            for (int64_t g = 0; g < groups; g++) {
+                int32_t acc = 0;
+                for (int64_t k = g * G; k < (g + 1) * G; k++) acc += (int32_t)w[k] * (int32_t)xb[k];
+                sum += (float)acc * p->scale[n * groups + g];
+            }
+            y[b * ldy + n] = sum * xs[b] + (p->bias ? p->bias[n] : 0.0f);
         }
     }
 }
@@ -399,6 +422,18 @@ static void *worker_main(void *arg) {
         atomic_fetch_add_explicit(&pool.done, 1, memory_order_acq_rel);
     }
     return NULL;
+}
+
+/* A forked child has none of the parent's workers: it starts its own. */
+static void forget_workers(void) {
+    pthread_mutex_init(&pool.lock, NULL);
+    pthread_mutex_init(&pool.sleep_lock, NULL);
+    pthread_cond_init(&pool.wake, NULL);
+    pool.workers = 0;
+}
+
+__attribute__((constructor)) static void install_fork_handler(void) {
+    pthread_atfork(NULL, NULL, forget_workers);
 }
 
 /* Runs `step` on `threads` threads (the caller is thread 0). Only one step at a time owns

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from engine import ChatMessage, EngineConfig, GenerationRequest, PagedEngine, SamplingParams, llama
 from engine.linear import (
     FP16_KERNEL_MAX_ROWS,
+    INT8_GROUP,
     INT8_KERNEL_MAX_ROWS,
     DenseLinear,
     Fp16Linear,
@@ -23,6 +24,7 @@ from engine.linear import (
     make_linear,
     make_output_projection,
     quantize_int8,
+    quantize_int8_groups,
 )
 from engine.llama import PagedLlama, UnsupportedModel, standalone_prefill_logits
 from engine.smoothing import CalibrationMissing, layer_scales
@@ -38,6 +40,27 @@ def test_quantization_error_is_within_half_a_step() -> None:
     restored = quantized.float() * scales[:, None]
     assert torch.all((restored - weight).abs() <= scales[:, None] / 2 + 1e-6)
     assert quantized.abs().amax(dim=1).eq(127).all()  # every row uses its full range
+
+
+def test_int8_scales_follow_groups_of_features_where_they_divide() -> None:
+    """A row whose halves differ 100x in range: one scale per 64 features keeps the quiet
+    half's precision."""
+    torch.manual_seed(6)
+    weight = torch.randn(8, 128)
+    weight[:, 64:] *= 100.0
+    linear = make_linear(weight, None, torch.float32, "int8")
+    assert isinstance(linear, Int8Linear)
+    assert linear.group == INT8_GROUP == 64 and linear.scales.shape == (8, 2)
+    assert linear.kernel_scales is None  # PyTorch's kernel takes per-channel scales only
+    quiet = weight[:, :64]
+    quiet_error = (linear.dense[:, :64] - quiet).abs().amax() / quiet.abs().amax()
+    assert quiet_error <= 0.5 / 127 + 1e-6
+    quantized, scales = quantize_int8_groups(weight, 64)
+    restored = quantized.float().view(8, 2, 64) * scales[:, :, None]
+    torch.testing.assert_close(restored.view(8, 128), linear.dense)
+    narrow = make_linear(torch.randn(8, 48), None, torch.bfloat16, "int8")
+    assert isinstance(narrow, Int8Linear)
+    assert narrow.group == 48 and narrow.kernel_scales is not None  # per channel
 
 
 def test_dense_mode_keeps_tied_embeddings_shared() -> None:
