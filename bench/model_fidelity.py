@@ -1,8 +1,10 @@
 """What a weight format costs in quality, through the engine's own model code.
 
-Two measures: perplexity of a fixed text (teacher-forced, every row's logits), and greedy
-answers to short questions compared with float32's. Both run the forward pass the engine
-serves with, so they cover the projections, bf16 activations and attention.
+Three measures: perplexity of a fixed text (teacher-forced) in one prefill and through
+decode steps, one token at a time (where int8 weights take the native decode step), and
+greedy answers to short questions, decoded step by step, compared with float32's. All run
+the forward passes the engine serves with, so they cover the projections, bf16
+activations and attention.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from engine.attention import AttentionContext, PrefillChunk
 from engine.llama import PagedLlama, standalone_prefill_logits
 from engine.tokenization import encode_chat
 from engine.types import ChatMessage
@@ -47,18 +50,61 @@ def engine_perplexity(model: PagedLlama, ids: list[int]) -> float:
     return math.exp(F.cross_entropy(logits, torch.tensor(ids[1:])).item())
 
 
-@torch.inference_mode()
+class DecodeSession:
+    """One sequence in a throwaway KV cache: a prefill, then one decode step per token."""
+
+    def __init__(self, model: PagedLlama, capacity: int) -> None:
+        shape = model.shape
+        self.model = model
+        self.length = 0
+        self.cache = [
+            (
+                torch.zeros(shape.num_kv_heads, capacity, shape.head_dim, dtype=model.dtype),
+                torch.zeros(shape.num_kv_heads, capacity, shape.head_dim, dtype=model.dtype),
+            )
+            for _ in range(shape.num_layers)
+        ]
+
+    @torch.inference_mode()
+    def prefill(self, ids: list[int]) -> torch.Tensor:
+        """Logits of the last of `ids`, the sequence's first tokens."""
+        n = len(ids)
+        ctx = AttentionContext(torch.arange(n), 0, None, None, (PrefillChunk(0, n, None, None),))
+        self.length = n
+        return self.model.forward(
+            torch.tensor(ids), torch.arange(n), ctx, self.cache, torch.tensor([n - 1])
+        )[0]
+
+    @torch.inference_mode()
+    def decode(self, token: int) -> torch.Tensor:
+        """Logits after appending `token`, as the engine's decode steps compute them."""
+        position = self.length
+        slots = torch.arange(position + 1)[None, :]
+        ctx = AttentionContext(torch.tensor([position]), 1, slots, None, ())
+        self.length += 1
+        return self.model.forward(
+            torch.tensor([token]), torch.tensor([position]), ctx, self.cache, torch.tensor([0])
+        )[0]
+
+
+def decode_perplexity(model: PagedLlama, ids: list[int]) -> float:
+    """Perplexity of `ids`, each token after the first predicted by one decode step."""
+    session = DecodeSession(model, len(ids))
+    rows = [session.prefill(ids[:1])] + [session.decode(t) for t in ids[1:-1]]
+    return math.exp(F.cross_entropy(torch.stack(rows), torch.tensor(ids[1:])).item())
+
+
 def greedy_answers(model: PagedLlama, tokenizer: Any, new_tokens: int = 10) -> list[list[int]]:
-    """The first `new_tokens` greedy tokens of the answer to each of `QUESTIONS`."""
+    """The first `new_tokens` greedy tokens of the answer to each of `QUESTIONS`, decoded
+    step by step."""
     answers = []
     for question in QUESTIONS:
         ids = encode_chat(tokenizer, [ChatMessage("user", question)])
-        prompt_length = len(ids)
-        for _ in range(new_tokens):
-            ids.append(
-                int(standalone_prefill_logits(model, ids, torch.tensor([len(ids) - 1]))[0].argmax())
-            )
-        answers.append(ids[prompt_length:])
+        session = DecodeSession(model, len(ids) + new_tokens)
+        answer = [int(session.prefill(ids).argmax())]
+        while len(answer) < new_tokens:
+            answer.append(int(session.decode(answer[-1]).argmax()))
+        answers.append(answer)
     return answers
 
 

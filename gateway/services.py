@@ -21,6 +21,7 @@ from engine import (
 )
 from engine.config import kv_cache_mb_from_env
 from engine.linear import WeightFormat, fbgemm_supported
+from engine.native_decode import load_library as load_native_decode
 from gateway.audit import AuditEntry, AuditLog
 from gateway.db import make_db_engine, make_session_factory
 from gateway.migrations import upgrade_database
@@ -129,12 +130,15 @@ def policy_change_entry(change: PolicyChange) -> AuditEntry:
 
 def engine_config(settings: Settings, device: str) -> EngineConfig:
     """The engine's settings: the KV budget, its threads, and quantized weights where they
-    pay off."""
+    pay off: on a CPU, int8 where the native decode step builds (as faithful as fp16 and
+    about 3x faster, docs/benchmarks.md), else fp16 where fbgemm runs it."""
     weights: WeightFormat
     if settings.engine_weights != "auto":
         weights = settings.engine_weights
     elif device != "cpu":
         weights = "float"
+    elif load_native_decode() is not None:
+        weights = "int8"  # decode steps in one native call (engine/native_decode.py)
     else:
         weights = "fp16" if fbgemm_supported() else "int8"
     return EngineConfig(

@@ -40,11 +40,13 @@ class Settings(BaseSettings):
     )
     engine_weights: Literal["auto", "fp16", "w8a8", "int8", "float"] = Field(
         default="auto",
-        description="fp16: fp16 weights for small batches, as faithful as bf16 (x86 CPUs); "
+        description="int8: int8 weights (a scale per 64 features), decode steps in one native "
+        "call where a C compiler is present, as faithful as fp16 and the fastest; "
+        "fp16: fp16 weights for small batches, as faithful as bf16 (x86 CPUs); "
         "w8a8: int8 weights and activations (smoothed; fp16 in the most sensitive layers), "
-        "the fastest, slightly less faithful than fp16 (docs/benchmarks.md); "
-        "int8: int8 weights, bf16 activations; float: the model's own weights; "
-        "auto: fp16 on CPU (int8 where fbgemm is missing), float on CUDA.",
+        "slightly less faithful (docs/benchmarks.md); float: the model's own weights; "
+        "auto: int8 on CPU where the native step builds (else fp16, or int8 without fbgemm), "
+        "float on CUDA.",
     )
     engine_threads: int | None = Field(
         default=None,

@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from engine.linear import fbgemm_supported
+from engine.native_decode import load_library
 from gateway.services import engine_config
 from gateway.settings import Settings
 
@@ -16,7 +17,7 @@ from gateway.settings import Settings
 @pytest.mark.parametrize(
     ("weights", "device", "expected"),
     [
-        ("auto", "cpu", "fp16" if fbgemm_supported() else "int8"),
+        ("auto", "cpu", "int8" if load_library() or not fbgemm_supported() else "fp16"),
         ("auto", "cuda", "float"),
         ("float", "cpu", "float"),
         ("int8", "cuda", "int8"),
@@ -28,6 +29,19 @@ def test_weights_setting_and_device(weights: str, device: str, expected: str) ->
     config = engine_config(settings, device)
     assert config.weights == expected
     assert config.kv_cache_mb == 96
+
+
+def test_auto_weights_fall_back_to_fp16_without_the_native_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("BASTION_NATIVE_DECODE", "0")
+    load_library.cache_clear()
+    try:
+        expected = "fp16" if fbgemm_supported() else "int8"
+        assert engine_config(Settings(), "cpu").weights == expected
+    finally:
+        monkeypatch.delenv("BASTION_NATIVE_DECODE")
+        load_library.cache_clear()
 
 
 def test_unknown_weights_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
