@@ -54,6 +54,10 @@ class Row:
     goal: str
 
 
+# Each engine scenario runs this many times; the tables quote the median run (a run takes
+# seconds, and one disturbed run on these shared machines moved a mean TTFT 1.35 -> 1.73 s).
+ENGINE_RUNS = 3
+
 # The formats measured on one thread too (section 6): the serving default (int8, decode
 # steps native) and the default without a C compiler (fp16).
 ONE_THREAD_FORMATS: tuple[WeightFormat, ...] = ("int8", "fp16")
@@ -92,26 +96,43 @@ async def timed_streams(
 
 
 def decode_rate(engine: PagedEngine, prompt: list[int], params: SamplingParams) -> float:
-    """One stream's decode tok/s, the first token (prefill) left out."""
-    ((ttft, total, count),) = asyncio.run(timed_streams(engine, [prompt], params))
-    return (count - 1) / (total - ttft)
+    """One stream's decode tok/s, the first token (prefill) left out: the median of
+    ENGINE_RUNS runs."""
+
+    def once() -> float:
+        ((ttft, total, count),) = asyncio.run(timed_streams(engine, [prompt], params))
+        return (count - 1) / (total - ttft)
+
+    return statistics.median(once() for _ in range(ENGINE_RUNS))
 
 
 def concurrent_rate(engine: PagedEngine, prompts: list[list[int]], params: SamplingParams) -> float:
-    """Generated tok/s in total, all `prompts` submitted at once."""
-    started = time.perf_counter()
-    results = asyncio.run(timed_streams(engine, prompts, params))
-    return sum(r[2] for r in results) / (time.perf_counter() - started)
+    """Generated tok/s in total, all `prompts` submitted at once: the median of
+    ENGINE_RUNS runs."""
+
+    def once() -> float:
+        started = time.perf_counter()
+        results = asyncio.run(timed_streams(engine, prompts, params))
+        return sum(r[2] for r in results) / (time.perf_counter() - started)
+
+    return statistics.median(once() for _ in range(ENGINE_RUNS))
 
 
 def cold_ttfts(engine: PagedEngine, prompts: list[list[int]]) -> list[float]:
-    """Times to first token of `prompts` submitted at once, the prefix cache emptied first."""
-    engine.call(lambda core: core.blocks.reset_prefix_cache())
-    return [r[0] for r in asyncio.run(timed_streams(engine, prompts, SamplingParams(8)))]
+    """Mean time to first token of `prompts` submitted at once, the prefix cache emptied
+    first, in each of ENGINE_RUNS runs."""
+
+    def once() -> float:
+        engine.call(lambda core: core.blocks.reset_prefix_cache())
+        results = asyncio.run(timed_streams(engine, prompts, SamplingParams(8)))
+        return statistics.mean(r[0] for r in results)
+
+    return [once() for _ in range(ENGINE_RUNS)]
 
 
-def ttft_cell(ttfts: list[float]) -> str:
-    return f"{statistics.mean(ttfts):.2f} (median {statistics.median(ttfts):.2f})"
+def ttft_cell(run_means: list[float]) -> str:
+    runs = " / ".join(f"{m:.2f}" for m in run_means)
+    return f"{statistics.median(run_means):.2f} (runs {runs})"
 
 
 def variant(hf: Any, tokenizer: Any, model_id: str, config: EngineConfig) -> PagedEngine:
@@ -482,7 +503,9 @@ def render(
         "in the rows that say so); load "
         f"average {load:.1f} when the run started (the cores are shared with other work, so "
         "absolute figures are noisy and ratios matter). Baseline: transformers `generate` "
-        "on the same SmolLM2-135M-Instruct weights in the same process.",
+        "on the same SmolLM2-135M-Instruct weights in the same process. Engine figures are "
+        f"the median of {ENGINE_RUNS} runs (TTFT: each run's mean over its requests, every "
+        "run shown).",
         "",
         "| Scenario | Paged engine | transformers | Ratio | Goal |",
         "|---|---|---|---|---|",

@@ -66,13 +66,18 @@ def decode_once(
     [
         {},  # packed weight tiles; vector attention where the KV pool is bf16
         {"hidden_size": 48, "intermediate_size": 100, "num_attention_heads": 4},  # portable
+        {"attention_bias": True, "mlp_bias": True, "num_key_value_heads": 1},
     ],
-    ids=["vector", "portable"],
+    ids=["vector", "portable", "biases"],
 )
 def test_native_step_matches_the_pytorch_step(
     native_setting: Any, dtype: torch.dtype, shape: dict[str, int]
 ) -> None:
     hf = tiny_llama(seed=7, **shape)
+    with torch.no_grad():  # random init leaves biases at zero: make them count
+        for module in hf.modules():
+            if isinstance(module, torch.nn.Linear) and module.bias is not None:
+                torch.nn.init.normal_(module.bias, std=0.5)
     prompt = random_prompt(37, seed=3)
     native_setting(False)
     reference = PagedLlama(hf, torch.device("cpu"), dtype, "int8")
