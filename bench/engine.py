@@ -309,7 +309,7 @@ def main() -> None:
 
     # 4. Prefill of a 1,024-token prompt, against transformers in bf16 (and fp32).
     long_prompt = prompt_ids(1024, 70)
-    repeats = 1 if quick else 3
+    repeats = 1 if quick else 5
     engine_prefill = 1024 / engine_prefill_seconds(engine, long_prompt, repeats)
     hf_fp32_prefill = 1024 / hf_prefill_seconds(hf, long_prompt, repeats)
     hf_bf16 = copy.deepcopy(hf).to(torch.bfloat16)

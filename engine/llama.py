@@ -9,7 +9,7 @@ gate/up are fused into one matmul each.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -229,15 +229,43 @@ class PagedLlama:
         kv_cache: list[tuple[torch.Tensor, torch.Tensor]],
         logit_rows: torch.Tensor,
     ) -> torch.Tensor:
-        """Logits (float32) of the rows in `logit_rows`, after writing every token's K/V."""
-        if not ctx.prefills and ctx.decode_slots is not None:
-            native = self.native_decoder(kv_cache)
-            if native is not None:
-                embeddings = F.embedding(input_ids, self.embed)
-                logits = native.step(
-                    embeddings, positions, ctx.decode_slots, torch.get_num_threads()
-                )
-                return logits.index_select(0, logit_rows)
+        """Logits (float32) of the rows in `logit_rows`, after writing every token's K/V.
+
+        Where the native decode step runs this model, a step's decodes go through it and
+        only its prefill chunks (if any) through PyTorch.
+        """
+        native = None if ctx.decode_slots is None else self.native_decoder(kv_cache)
+        if native is None:
+            return self._forward(input_ids, positions, ctx, kv_cache, logit_rows)
+        nd = ctx.num_decodes
+        assert ctx.decode_slots is not None
+        decode_logits = native.step(
+            F.embedding(input_ids[:nd], self.embed),
+            positions[:nd],
+            ctx.decode_slots,
+            torch.get_num_threads(),
+        )
+        if not ctx.prefills:
+            return decode_logits.index_select(0, logit_rows)
+        chunks = tuple(replace(chunk, start=chunk.start - nd) for chunk in ctx.prefills)
+        prefill_ctx = AttentionContext(ctx.slot_mapping[nd:], 0, None, None, chunks)
+        from_decodes = logit_rows < nd
+        logits = decode_logits.new_empty((logit_rows.shape[0], self.shape.vocab_size))
+        logits[from_decodes] = decode_logits.index_select(0, logit_rows[from_decodes])
+        logits[~from_decodes] = self._forward(
+            input_ids[nd:], positions[nd:], prefill_ctx, kv_cache, logit_rows[~from_decodes] - nd
+        )
+        return logits
+
+    def _forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        ctx: AttentionContext,
+        kv_cache: list[tuple[torch.Tensor, torch.Tensor]],
+        logit_rows: torch.Tensor,
+    ) -> torch.Tensor:
+        """The PyTorch forward pass of every row."""
         shape = self.shape
         num_tokens = input_ids.shape[0]
         q_size = shape.num_heads * shape.head_dim

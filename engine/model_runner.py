@@ -124,7 +124,7 @@ class ModelRunner:
         )
         if decode_tables:
             ctx = self._with_decodes(ctx, decode_tables, decode_lengths)
-        native = not prefills and self.model.native_decoder(self.kv_cache) is not None
+        native = bool(decode_tables) and self.model.native_decoder(self.kv_cache) is not None
         self._set_threads(len(ids), native)
         logits = self.model.forward(
             torch.tensor(ids, dtype=torch.long, device=self.device),
@@ -147,9 +147,9 @@ class ModelRunner:
         return results
 
     def _set_threads(self, num_tokens: int, native: bool) -> None:
-        """One thread for a small step, `threads` for a larger one or a native decode step,
-        whose one parallel region shares even a single row's weights well (this thread
-        only)."""
+        """One thread for a small step, `threads` for a larger one or one with native
+        decodes, whose one parallel region shares even a single row's weights well (this
+        thread only)."""
         if self.threads is None:
             return
         wanted = self.threads if native or num_tokens >= SHARED_STEP_MIN_TOKENS else 1

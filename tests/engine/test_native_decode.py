@@ -100,10 +100,27 @@ def test_native_step_matches_the_pytorch_step(
 
 
 @needs_compiler
-def test_native_engine_decodes_like_the_pytorch_engine(native_setting: Any) -> None:
-    """A mixed batch (lengths 5 to 300, a shared prefix, preemption under a small pool), in
-    float32: bf16 activations drift from int16 ones within a few tokens on random weights
-    (test_quantized_weights.py measures bf16 engines against the float model)."""
+def test_native_engine_decodes_like_the_pytorch_engine(
+    native_setting: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mixed batch (lengths 5 to 300, a shared prefix, chunked prefill beside decodes,
+    preemption under a small pool), in float32: bf16 activations drift from int16 ones
+    within a few tokens on random weights (test_quantized_weights.py measures bf16 engines
+    against the float model). In a mixed step the decodes go native, the chunks PyTorch."""
+    steps: list[tuple[int, int]] = []  # (decodes, prefill chunks) of each step
+    pytorch_decodes: list[int] = []
+    forward, pytorch_forward = PagedLlama.forward, PagedLlama._forward
+
+    def record(model: PagedLlama, ids: Any, positions: Any, ctx: Any, *rest: Any) -> Any:
+        steps.append((ctx.num_decodes, len(ctx.prefills)))
+        return forward(model, ids, positions, ctx, *rest)
+
+    def record_pytorch(model: PagedLlama, ids: Any, positions: Any, ctx: Any, *rest: Any) -> Any:
+        pytorch_decodes.append(ctx.num_decodes)
+        return pytorch_forward(model, ids, positions, ctx, *rest)
+
+    monkeypatch.setattr(PagedLlama, "forward", record)
+    monkeypatch.setattr(PagedLlama, "_forward", record_pytorch)
     hf = tiny_llama(seed=8)
     shared = random_prompt(48, seed=20)
     prompts = [random_prompt(5, 1), shared + random_prompt(9, 2), shared + random_prompt(30, 3)]
@@ -112,10 +129,21 @@ def test_native_engine_decodes_like_the_pytorch_engine(native_setting: Any) -> N
     results = {}
     for enabled in (False, True):
         native_setting(enabled)
-        core = make_core(hf, weights="int8", dtype="float32", num_kv_blocks=26, block_size=16)
+        core = make_core(
+            hf,
+            weights="int8",
+            dtype="float32",
+            num_kv_blocks=26,
+            block_size=16,
+            max_batched_tokens=64,
+        )
         for i, prompt in enumerate(prompts):
             core.add_request(f"r{i}", prompt, params)
+        steps.clear()
+        pytorch_decodes.clear()
         results[enabled] = run_core(core)
+        assert any(decodes and chunks for decodes, chunks in steps)  # mixed steps ran
+        assert (max(pytorch_decodes) == 0) == enabled
         assert (core.runner.model.native_decoder(core.runner.kv_cache) is not None) == enabled
         assert core.blocks.counts().used == 0
         assert core.scheduler.num_preemptions > 0
