@@ -181,6 +181,17 @@ def engine_prefill_seconds(engine: PagedEngine, prompt: list[int], repeats: int)
     return statistics.median(times)
 
 
+def perplexity_row(name: str, perplexities: list[float], hf_ppl: float) -> Row:
+    """Each format's perplexity, and its ratio to transformers' fp32 one."""
+    return Row(
+        name,
+        " / ".join(f"{ppl:.2f}" for ppl in perplexities),
+        f"{hf_ppl:.2f} (fp32)",
+        " / ".join(f"{ppl / hf_ppl:.3f}" for ppl in perplexities),
+        "-",
+    )
+
+
 def one_thread_rows(
     hf: Any,
     tokenizer: Any,
@@ -419,20 +430,16 @@ def main() -> None:
     names = " / ".join(name for name, _, _ in formats)
     hf_ppl = hf_perplexity(hf, text)
     rows += [
-        Row(
+        perplexity_row(
             f"perplexity of {len(text)} tokens of docs/ (lower is better): {names}",
-            " / ".join(f"{ppl:.2f}" for ppl in perplexities),
-            f"{hf_ppl:.2f} (fp32)",
-            " / ".join(f"{ppl / hf_ppl:.3f}" for ppl in perplexities),
-            "-",
+            perplexities,
+            hf_ppl,
         ),
-        Row(
-            f"the same perplexity through decode steps, one token at a time (int8: native): "
+        perplexity_row(
+            "the same perplexity through decode steps, one token at a time (int8: native): "
             f"{names}",
-            " / ".join(f"{ppl:.2f}" for ppl in decode_perplexities),
-            f"{hf_ppl:.2f} (fp32)",
-            " / ".join(f"{ppl / hf_ppl:.3f}" for ppl in decode_perplexities),
-            "-",
+            decode_perplexities,
+            hf_ppl,
         ),
         Row(
             f"greedy answers (10 tokens, decode steps) to {len(QUESTIONS)} short questions "
