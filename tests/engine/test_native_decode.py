@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import torch
 from engine import SamplingParams, native_decode
 from engine.attention import AttentionContext, PrefillChunk
 from engine.llama import PagedLlama
+from engine.native_decode import NativeDecoder
 from tests.engine.conftest import make_core, random_prompt, run_core, tiny_llama
 
 
@@ -200,3 +202,27 @@ def test_float_weights_never_take_the_native_path(native_setting: Any) -> None:
     model = PagedLlama(tiny_llama(seed=11), torch.device("cpu"), torch.float32, "float")
     _, cache = decode_once(model, random_prompt(8, seed=4), 3)
     assert model.native_decoder(cache) is None
+
+
+@needs_compiler
+def test_concurrent_native_steps_give_the_same_logits(native_setting: Any) -> None:
+    """Two engines stepping at once: one owns the thread pool, the other runs its step on
+    its own thread; neither waits for nor disturbs the other."""
+    library = native_setting(True)
+    model = PagedLlama(tiny_llama(seed=12), torch.device("cpu"), torch.float32, "int8")
+    prompts = [random_prompt(30, seed=5), random_prompt(50, seed=6)]
+    sessions = [decode_once(model, prompt, 7)[1] for prompt in prompts]
+    decoders = [NativeDecoder(library, model, cache) for cache in sessions]
+    embeddings = torch.nn.functional.embedding(torch.tensor([7]), model.embed)
+
+    def step(index: int) -> torch.Tensor:
+        position = len(prompts[index])  # rewrites the decoded token's own K/V: idempotent
+        slots = torch.arange(position + 1)[None, :]
+        return decoders[index].step(embeddings, torch.tensor([position]), slots, 2)
+
+    alone = [step(0), step(1)]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for _ in range(50):
+            together = list(pool.map(step, [0, 1]))
+            for got, expected in zip(together, alone, strict=True):
+                torch.testing.assert_close(got, expected, rtol=0, atol=0)
