@@ -263,7 +263,7 @@ class NativeDecoder:
         token's K/V. `context_slots[b, :positions[b] + 1]` are row b's slots, its new
         token's last."""
         batch = embeddings.shape[0]
-        hidden = embeddings.to(torch.float32).contiguous()
+        hidden = embeddings.to(torch.float32, copy=True).contiguous()  # the kernel writes it
         positions = positions.to(torch.int64).contiguous()
         slots = context_slots.to(torch.int64).contiguous()
         logits = torch.empty(batch, self.vocab_size, dtype=torch.float32)
