@@ -134,7 +134,7 @@ def load_library() -> ctypes.CDLL | None:
         return None
     try:
         library = ctypes.CDLL(str(_build(compiler)))
-    except (OSError, subprocess.SubprocessError) as exc:
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:  # RuntimeError: no home
         detail = getattr(exc, "stderr", None) or str(exc)
         log.warning("native_decode.unavailable", reason=str(detail)[-2000:])
         return None

@@ -181,6 +181,10 @@ def test_disabled_or_without_compiler_the_engine_keeps_its_pytorch_path(
         )
         is None
     )
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    cache = {native_decode.CACHE_ENV: str(not_a_folder / "cache")}
+    assert native_setting(True, CC="cc", **cache) is None  # no cache folder: no build, no crash
     core = make_core(tiny_llama(seed=10), weights="int8", kv_cache_mb=8)
     core.add_request("a", random_prompt(6, seed=2), SamplingParams(max_tokens=5, ignore_eos=True))
     assert len(run_core(core)["a"]) == 5
