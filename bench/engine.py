@@ -37,6 +37,7 @@ from model_fidelity import (
     greedy_answers,
     hf_perplexity,
 )
+from workloads import prompt_ids
 
 from engine import EngineConfig, PagedEngine, SamplingParams, default_model_source
 from engine.linear import WeightFormat
@@ -61,11 +62,6 @@ ENGINE_RUNS = 3
 # The formats measured on one thread too (section 6): the serving default (int8, decode
 # steps native) and the default without a C compiler (fp16).
 ONE_THREAD_FORMATS: tuple[WeightFormat, ...] = ("int8", "fp16")
-
-
-def prompt_ids(length: int, seed: int) -> list[int]:
-    generator = torch.Generator().manual_seed(seed)
-    return list(torch.randint(100, 40000, (length,), generator=generator).tolist())
 
 
 def rss_mb() -> float:

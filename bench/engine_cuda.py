@@ -33,6 +33,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from doc_section import write_section
+from workloads import prompt_ids
 
 from engine import EngineConfig, PagedEngine, SamplingParams
 
@@ -56,11 +57,6 @@ def smollm2_shaped(dtype: torch.dtype, device: str, seed: int = 0) -> LlamaForCa
     model = LlamaForCausalLM(LlamaConfig(**SMOLLM2_SHAPE)).eval()
     model.generation_config.eos_token_id = None  # random ids: nothing ends a sequence
     return model.to(device=device, dtype=dtype)
-
-
-def random_prompt(length: int, seed: int) -> list[int]:
-    generator = torch.Generator().manual_seed(seed)
-    return list(torch.randint(100, 40000, (length,), generator=generator).tolist())
 
 
 def sync(device: str) -> None:
@@ -108,7 +104,7 @@ def correctness_rows(device: str, quick: bool) -> list[tuple[str, str]]:
     model = smollm2_shaped(torch.float32, device)
     lengths = [1, 7, 64, 300] if quick else [1, 7, 64, 300, 800, 1500]
     new_tokens = 8 if quick else 16
-    prompts = [random_prompt(n, seed=n) for n in lengths]
+    prompts = [prompt_ids(n, seed=n) for n in lengths]
     expected = [hf_generate(model, [p], new_tokens)[0] for p in prompts]
     config = EngineConfig(kv_cache_mb=512, dtype="float32", max_num_seqs=32)
     engine = PagedEngine.from_hf_model(model, None, "smollm2-shaped", device, config=config)
@@ -157,10 +153,10 @@ def speed_rows(device: str, quick: bool) -> list[tuple[str, str]]:
     engine = PagedEngine.from_hf_model(model, None, "smollm2-shaped", device, config=config)
     rows = []
     try:
-        engine_ids(engine, [random_prompt(128, seed=1)], 4)  # warm-up
-        hf_generate(model, [random_prompt(128, seed=1)], 4)
+        engine_ids(engine, [prompt_ids(128, seed=1)], 4)  # warm-up
+        hf_generate(model, [prompt_ids(128, seed=1)], 4)
         for batch in batches:
-            prompts = [random_prompt(128, seed=100 + i) for i in range(batch)]
+            prompts = [prompt_ids(128, seed=100 + i) for i in range(batch)]
             engine.call(lambda core: core.blocks.reset_prefix_cache())
             engine_s = timed(device, lambda p=prompts: engine_ids(engine, p, new_tokens))
             hf_s = timed(device, lambda p=prompts: hf_generate(model, p, new_tokens))

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.attention import AttentionContext, PrefillChunk
-from engine.llama import PagedLlama, standalone_prefill_logits
+from engine.llama import PagedLlama, standalone_prefill_logits, throwaway_kv_cache
 from engine.tokenization import encode_chat
 from engine.types import ChatMessage
 
@@ -54,16 +54,9 @@ class DecodeSession:
     """One sequence in a throwaway KV cache: a prefill, then one decode step per token."""
 
     def __init__(self, model: PagedLlama, capacity: int) -> None:
-        shape = model.shape
         self.model = model
         self.length = 0
-        self.cache = [
-            (
-                torch.zeros(shape.num_kv_heads, capacity, shape.head_dim, dtype=model.dtype),
-                torch.zeros(shape.num_kv_heads, capacity, shape.head_dim, dtype=model.dtype),
-            )
-            for _ in range(shape.num_layers)
-        ]
+        self.cache = throwaway_kv_cache(model, capacity)
 
     @torch.inference_mode()
     def prefill(self, ids: list[int]) -> torch.Tensor:

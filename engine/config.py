@@ -46,8 +46,8 @@ class EngineConfig:
     # against them.
     num_threads: int | None = None
     dtype: str | None = None  # "float32", "bfloat16", "float16"; None: see torch_dtype
-    # The projections' weight format (engine/linear.py): "int8" and "w8a8" trade a measured
-    # bit of fidelity for faster decoding where memory bandwidth bounds it.
+    # The projections' weight format (engine/linear.py): the compact ones trade a measured
+    # bit of fidelity (docs/benchmarks.md) for faster decoding where memory bandwidth bounds it.
     weights: WeightFormat = "float"
 
     def __post_init__(self) -> None:

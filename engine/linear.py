@@ -12,9 +12,9 @@ batch is bound by memory bandwidth, not arithmetic:
   is present; prefill chunks go through the same weights dequantized once at load. Runs
   wherever PyTorch does.
 - `w8a8`: int8 weights and int8 activations (one scale per token), through fbgemm's
-  dynamic int8 matmul (x86 CPUs). The fastest at every batch size on these machines. To
-  keep a small model's answers, q/k/v and gate/up are smoothed (engine/smoothing.py), and
-  the first and last layers and every down_proj keep fp16 weights (engine/llama.py).
+  dynamic int8 matmul (x86 CPUs). To keep a small model's answers, q/k/v and gate/up are
+  smoothed (engine/smoothing.py), and the first and last layers and every down_proj keep
+  fp16 weights (engine/llama.py).
 
 Under `fp16` and `w8a8` the output projection (`lm_head`) keeps fp16 weights and returns
 float32 logits.
@@ -25,11 +25,12 @@ from __future__ import annotations
 import functools
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
+
+from engine.cpu_info import cpuinfo
 
 WeightFormat = Literal["float", "fp16", "int8", "w8a8"]
 WEIGHT_FORMATS: tuple[WeightFormat, ...] = get_args(WeightFormat)
@@ -159,10 +160,7 @@ def _cpu_has_vnni() -> bool:
 
     Where the flags can't be read, assume the older CPU: 7 bits are safe everywhere.
     """
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
+    flags = cpuinfo()
     return "avx512_vnni" in flags or "avx_vnni" in flags
 
 

@@ -206,20 +206,23 @@ class PagedLlama:
         self.cos, self.sin = rope_tables(config, self.shape.max_positions, device)
         self.cos = self.cos.to(dtype)
         self.sin = self.sin.to(dtype)
-        self._native: NativeDecoder | None = None
+        # The KV pool the native decision was made for, and the decoder (None: not native).
+        self._native: tuple[list[tuple[torch.Tensor, torch.Tensor]], NativeDecoder | None]
+        self._native = ([], None)
 
     def native_decoder(
         self, kv_cache: list[tuple[torch.Tensor, torch.Tensor]]
     ) -> NativeDecoder | None:
         """The native decode kernel (engine/native_decode.py) over this KV pool, where it
-        runs this model: steps of decodes alone go through it."""
-        if self._native is not None and self._native.serves(kv_cache):
-            return self._native
-        library = load_library()
-        if library is None or not supports(self, kv_cache[0][0].dtype):
-            return None
-        self._native = NativeDecoder(library, self, kv_cache)
-        return self._native
+        runs this model (decided once per pool): a step's decodes go through it."""
+        pool, decoder = self._native
+        if pool is not kv_cache:
+            library = load_library()
+            decoder = None
+            if library is not None and supports(self, kv_cache[0][0].dtype):
+                decoder = NativeDecoder(library, self, kv_cache)
+            self._native = (kv_cache, decoder)
+        return decoder
 
     def forward(
         self,
@@ -301,13 +304,18 @@ def standalone_prefill_logits(
 ) -> torch.Tensor:
     """Logits of `rows` after one prefill of `ids` into a throwaway KV cache: for measuring
     a model (fidelity, tests) outside the engine and its block pool."""
-    shape, n = model.shape, len(ids)
-    cache = [
-        (
-            torch.zeros(shape.num_kv_heads, n, shape.head_dim, dtype=model.dtype),
-            torch.zeros(shape.num_kv_heads, n, shape.head_dim, dtype=model.dtype),
-        )
+    n = len(ids)
+    ctx = AttentionContext(torch.arange(n), 0, None, None, (PrefillChunk(0, n, None, None),))
+    cache = throwaway_kv_cache(model, n)
+    return model.forward(torch.tensor(list(ids)), torch.arange(n), ctx, cache, rows)
+
+
+def throwaway_kv_cache(model: PagedLlama, slots: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """A zeroed K/V pool of `slots` slots per layer, in the engine's layout, for running
+    the model outside the engine (fidelity measures, tests)."""
+    shape = model.shape
+    dims = (shape.num_kv_heads, slots, shape.head_dim)
+    return [
+        (torch.zeros(dims, dtype=model.dtype), torch.zeros(dims, dtype=model.dtype))
         for _ in range(shape.num_layers)
     ]
-    ctx = AttentionContext(torch.arange(n), 0, None, None, (PrefillChunk(0, n, None, None),))
-    return model.forward(torch.tensor(list(ids)), torch.arange(n), ctx, cache, rows)

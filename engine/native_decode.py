@@ -23,6 +23,7 @@ from typing import Any
 import structlog
 import torch
 
+from engine.cpu_info import cpuinfo
 from engine.linear import Int8Linear
 
 log = structlog.get_logger(__name__)
@@ -90,20 +91,17 @@ def _cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "bastion" / "native"
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("model name", "flags")):
-                return line
-    except OSError:
-        pass
-    return platform.processor()
+def _cpu_identity() -> str:
+    """The CPU's model name and feature flags: a library built with `-march=native` runs
+    only where both match (one model name can span CPU generations)."""
+    lines = [line for line in cpuinfo().splitlines() if line.startswith(("model name", "flags"))]
+    return "\n".join(dict.fromkeys(lines)) or platform.processor()
 
 
 def _build(compiler: str) -> Path:
     """The compiled library, from the cache when this source was built here before."""
     source = SOURCE.read_bytes()
-    parts = [source, compiler.encode(), " ".join(_COMPILE_FLAGS).encode(), _cpu_model().encode()]
+    parts = [source, compiler.encode(), " ".join(_COMPILE_FLAGS).encode(), _cpu_identity().encode()]
     key = hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
     target = _cache_dir() / f"decode_step-{key}.so"
     if target.exists():
@@ -210,8 +208,6 @@ class NativeDecoder:
         shape = model.shape
         self._function = library.bastion_decode_step
         self.vocab_size = shape.vocab_size
-        self.hidden_size = shape.hidden_size
-        self._kv_cache = kv_cache
         float_ = torch.float32
 
         def f32(t: torch.Tensor) -> torch.Tensor:
@@ -248,9 +244,6 @@ class NativeDecoder:
             lm_head=lm_head.struct(),
             layers=layers,
         )
-
-    def serves(self, kv_cache: list[tuple[torch.Tensor, torch.Tensor]]) -> bool:
-        return kv_cache is self._kv_cache
 
     def step(
         self,

@@ -12,7 +12,7 @@ import torch
 
 from engine import SamplingParams, native_decode
 from engine.attention import AttentionContext, PrefillChunk
-from engine.llama import PagedLlama
+from engine.llama import PagedLlama, throwaway_kv_cache
 from engine.native_decode import NativeDecoder
 from tests.engine.conftest import make_core, random_prompt, run_core, tiny_llama
 
@@ -41,14 +41,8 @@ def decode_once(
     model: PagedLlama, prompt: list[int], next_token: int
 ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
     """Prefill `prompt` into a fresh cache, then decode `next_token`: (logits, cache)."""
-    shape, n = model.shape, len(prompt) + 1
-    cache = [
-        (
-            torch.zeros(shape.num_kv_heads, n, shape.head_dim, dtype=model.dtype),
-            torch.zeros(shape.num_kv_heads, n, shape.head_dim, dtype=model.dtype),
-        )
-        for _ in range(shape.num_layers)
-    ]
+    n = len(prompt) + 1
+    cache = throwaway_kv_cache(model, n)
     prefill = AttentionContext(
         torch.arange(n - 1), 0, None, None, (PrefillChunk(0, n - 1, None, None),)
     )
