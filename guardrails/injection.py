@@ -159,17 +159,24 @@ class InjectionDetector:
     def uses_classifier(self) -> bool:
         return self._classifier is not None
 
-    def check(self, texts: Sequence[str], roles: Sequence[str] | None = None) -> Verdict:
+    def check(
+        self,
+        texts: Sequence[str],
+        roles: Sequence[str] | None = None,
+        embed_along: Sequence[str] = (),
+    ) -> Verdict:
         """Check each text and, for injections split across turns, the texts joined.
 
         `roles` (one per text, e.g. "system", "user", "tool") only label the evidence:
-        system and tool messages are checked like user messages.
+        system and tool messages are checked like user messages. `embed_along`: texts a
+        later check will embed, added to the classifier's batch when it embeds anything
+        (a caching embedder then serves them without a second model pass).
         """
         mode = self._config.mode
         if not self._config.enabled:
             return Verdict(CHECK_NAME, "allow", 0.0, ("disabled",), mode)
         try:
-            return self._check(list(texts), roles)
+            return self._check(list(texts), roles, embed_along)
         except Exception as exc:  # any failure must fail closed, not crash
             return failed_check(CHECK_NAME, mode, self._config.fail_closed, exc)
 
@@ -186,7 +193,9 @@ class InjectionDetector:
             verdict = failed_check(INDIRECT_CHECK_NAME, mode, self._config.fail_closed, exc)
             return [verdict for _ in texts]
 
-    def _check(self, texts: list[str], roles: Sequence[str] | None) -> Verdict:
+    def _check(
+        self, texts: list[str], roles: Sequence[str] | None, embed_along: Sequence[str]
+    ) -> Verdict:
         labels = [
             f"message {i}" + (f" ({roles[i]})" if roles is not None and i < len(roles) else "")
             for i in range(len(texts))
@@ -198,9 +207,11 @@ class InjectionDetector:
             recent = " ".join(texts[-_JOINED_TURNS:])
             if len(recent) <= WINDOW_CHARS:
                 candidates.append(_Candidate("recent messages joined", recent))
-        return self._judge([candidates], CHECK_NAME)[0]
+        return self._judge([candidates], CHECK_NAME, embed_along)[0]
 
-    def _judge(self, groups: list[list[_Candidate]], check: str) -> list[Verdict]:
+    def _judge(
+        self, groups: list[list[_Candidate]], check: str, embed_along: Sequence[str] = ()
+    ) -> list[Verdict]:
         """One verdict per group of candidates: patterns first, then one classifier batch."""
         mode = self._config.mode
         evidence: list[dict[str, str]] = [{} for _ in groups]
@@ -223,7 +234,7 @@ class InjectionDetector:
         # A pattern match is certain (score 1); otherwise the best classifier probability.
         scores = [1.0 if ev else 0.0 for ev in evidence]
         if windows:
-            probabilities = self._classify(list(windows))
+            probabilities = self._classify(list(windows), embed_along)
             for owners, p in zip(windows.values(), probabilities, strict=True):
                 for g, where in owners:
                     scores[g] = max(scores[g], p)
@@ -234,10 +245,10 @@ class InjectionDetector:
             for ev, score in zip(evidence, scores, strict=True)
         ]
 
-    def _classify(self, windows: list[str]) -> list[float]:
+    def _classify(self, windows: list[str], embed_along: Sequence[str]) -> list[float]:
         if self._embed is None or self._classifier is None:
             raise RuntimeError("classifier called without an embedder")
-        return self._classifier.classify(windows, self._embed, self._threshold)
+        return self._classifier.classify(windows, self._embed, self._threshold, embed_along)
 
 
 # A quoted span: opening quote not preceded by a word character, closing quote not

@@ -161,17 +161,25 @@ class InjectionClassifier:
         logits += np.array([self.full.logit(f) for f in features], dtype=np.float64)
         return _sigmoid(logits)
 
-    def classify(self, texts: Sequence[str], embed: Embedder, threshold: float) -> list[float]:
-        """P(injection) per text: the higher of the text's and of its most suspect unit's.
+    def classify(
+        self,
+        texts: Sequence[str],
+        embed: Embedder,
+        threshold: float,
+        embed_along: Sequence[str] = (),
+    ) -> list[float]:
+        """P(injection) per text: the highest of the text's and of its most suspect units'.
 
         The text's is the screen's when it is below `screen_below` (and the caller's
         `threshold` is not stricter than the trained one), else the full model's over the
         n-grams of the whole text and the embedding of its head (`embedding_head`). A text
         longer than a unit also has its sentences and sentence pairs (`text_units`)
-        screened, and the one the screen finds most suspect, unless `unit_screen_below`
-        clears it, scored
-        by the full model: an attack padded with harmless text is diluted in the whole
-        but not in its own sentence. Only what needs an embedding is embedded, in one batch.
+        screened, and the SUSPECT_UNITS the screen finds most suspect, unless
+        `unit_screen_below` clears them, scored by the full model: an attack padded with
+        harmless text is diluted in the whole but not in its own sentence. Only what needs
+        an embedding is embedded, in one batch, with `embed_along` (another check's texts,
+        whose vectors a caching embedder keeps: one model pass costs about 8 ms however
+        short its texts, mostly reading the weights).
         """
         features = self.features(texts)
         scores = [float(p) for p in self.screen_probabilities(features)]
@@ -184,13 +192,14 @@ class InjectionClassifier:
                 continue
             unit_features = self.features(units)
             unit_scores = self.screen_probabilities(unit_features)
-            best = int(np.argmax(unit_scores))
-            if not screened or unit_scores[best] >= self.unit_screen_below:
-                suspects.append((i, units[best], unit_features[best]))
+            for best in np.argsort(-unit_scores, kind="stable")[:SUSPECT_UNITS]:
+                if not screened or unit_scores[best] >= self.unit_screen_below:
+                    suspects.append((i, units[best], unit_features[best]))
         if not uncertain and not suspects:
             return scores
         embedded = [embedding_head(texts[i]) for i in uncertain] + [u for _, u, _ in suspects]
-        vectors = np.asarray(embed(embedded), dtype=np.float32)
+        vectors = np.asarray(embed(embedded + list(embed_along)), dtype=np.float32)
+        vectors = vectors[: len(embedded)]
         full = self.probabilities(
             vectors, [features[i] for i in uncertain] + [f for _, _, f in suspects]
         )
@@ -200,6 +209,13 @@ class InjectionClassifier:
             scores[i] = max(scores[i], float(p))
         return scores
 
+
+# Units of a text that the full model scores. The screen's first choice is often the pair
+# of the attack and a harmless neighbour, which the neighbour dilutes; the second is then
+# the attack alone. On 600 training attacks padded like the benchmark's (validation, not
+# the held-out split), padding hid 31 of those caught alone with one unit, 23 with two and
+# 21 with three; two cost harmless long training texts 0.14 embeddings each, against 0.11.
+SUSPECT_UNITS = 2
 
 # The pieces of a longer text that are scored on their own: sentences, and pairs of
 # neighbouring sentences, of up to UNIT_CHARS (a sentence longer than that is cut at

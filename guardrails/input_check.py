@@ -40,9 +40,11 @@ class InputGuardrails:
         """Check a request's texts (every message, system and tool ones included; `roles`
         labels them in the evidence). `topic_text` (the last user message) is
         topic-checked unredacted, as the injection check read it, so a caching embedder
-        serves both checks with one model pass (`topics.topic_text`); the topic verdict
+        serves both checks with one model pass (`topics.topic_text`; the injection check
+        embeds it along with its own texts when it embeds any); the topic verdict
         records only topic names and scores, never the text."""
-        injection = self._injection.check(texts, roles)
+        along = [] if self._topics is None else self._topics.query_texts(topic_text)
+        injection = self._injection.check(texts, roles, embed_along=along)
         verdicts = [injection]
         if injection.blocks:
             return InputCheckResult(list(texts), verdicts, injection, {})

@@ -73,6 +73,11 @@ class TopicMatcher:
         self._allowed = _TopicIndex(embed, config.allowed if config.enabled else [])
         self._denied = _TopicIndex(embed, config.denied if config.enabled else [])
 
+    def query_texts(self, text: str) -> list[str]:
+        """What `check(text)` embeds: [] when the check is off or lists no topics."""
+        config = self._config
+        return [topic_text(text)] if config.enabled and (config.allowed or config.denied) else []
+
     def check(self, text: str) -> Verdict:
         mode = self._config.mode
         if not self._config.enabled:

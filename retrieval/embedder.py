@@ -106,6 +106,11 @@ class Embedder:
                     self._cache.popitem(last=False)
         return np.stack([rows[t] for t in texts])
 
+    def forget(self) -> None:
+        """Empty the cache (a benchmark timing requests whose texts are all new)."""
+        with self._lock:
+            self._cache.clear()
+
     def _encode(self, texts: list[str]) -> np.ndarray:
         return self._forward(texts, with_tokens=False)[0]
 

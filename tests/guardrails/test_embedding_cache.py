@@ -9,8 +9,15 @@ import numpy as np
 from guardrails.config import InjectionConfig, Topic, TopicConfig
 from guardrails.embedding import EMBED_CHARS, embedding_head
 from guardrails.injection import InjectionDetector
-from guardrails.injection_classifier import WINDOW_CHARS, InjectionClassifier, text_units
+from guardrails.injection_classifier import (
+    SUSPECT_UNITS,
+    WINDOW_CHARS,
+    InjectionClassifier,
+    text_units,
+)
+from guardrails.input_check import InputGuardrails
 from guardrails.normalize import normalize
+from guardrails.pii import PiiRedactor
 from guardrails.topics import TopicMatcher, topic_text
 from retrieval.embedder import Embedder as MiniLM
 
@@ -114,10 +121,10 @@ def test_a_long_unsure_request_is_embedded_once_for_both_checks(minilm: MiniLM) 
     seen.clear()
     shared = [injection.check([UNSURE]), matcher.check(UNSURE)]
     # The screen was unsure: the model ran once on the head, for both checks; anything else
-    # embedded is the one sentence of the text the unit screen found suspect.
+    # embedded is among the units of the text the unit screen found most suspect.
     assert topic_text(UNSURE) in seen
     others = set(seen) - {topic_text(UNSURE)}
-    assert len(others) <= 1 and others <= set(text_units(window))
+    assert len(others) <= SUSPECT_UNITS and others <= set(text_units(window))
     # The same verdicts as from an embedder with no cache to share.
     topics_alone = TopicMatcher(minilm.request_copy(), topics)
     injection_alone = InjectionDetector(InjectionConfig(), embed=minilm.request_copy())
@@ -131,3 +138,35 @@ def test_embedding_head_is_the_start_of_a_long_text_cut_at_a_space() -> None:
     head = embedding_head(text)
     assert EMBED_CHARS // 2 < len(head) <= EMBED_CHARS
     assert text.startswith(head) and not head.endswith(" ")
+
+
+def test_the_input_checks_embed_in_one_model_pass(minilm: MiniLM, redactor: PiiRedactor) -> None:
+    """A request the screen clears but one of whose sentences it finds suspect: the
+    injection check embeds that sentence and, in the same batch, the topic check's text."""
+    embedder = minilm.request_copy()
+    batches: list[list[str]] = []
+
+    def counting(texts: list[str]) -> np.ndarray:
+        batches.append(list(texts))
+        return np.asarray(embedder(texts))
+
+    topics = TopicMatcher(counting, TopicConfig(enabled=True, allowed=[ONBOARDING]))
+    checks = InputGuardrails(InjectionDetector(InjectionConfig(), embed=counting), redactor, topics)
+    classifier = InjectionClassifier.load()
+    request = normalize(
+        "Please summarise the attached notes for the quarterly finance review: revenue grew "
+        "12% year over year, mostly from the enterprise plan, churn fell to 2.1%, and the "
+        "support backlog doubled after the pricing change in March. Reach me at "
+        "maria.lopez@example.com or 555 201 3344 if anything is unclear. Keep it under 200 "
+        "words and avoid jargon."
+    )
+    units = text_units(request)
+    screen = classifier.screen_probabilities(classifier.features([request, *units]))
+    assert screen[0] < classifier.screen_below <= classifier.unit_screen_below <= max(screen[1:])
+    batches.clear()
+    result = checks.check([request], request)
+    assert [v.check for v in result.verdicts] == ["prompt_injection", "pii", "topic"]
+    # The topic check asks again, for a text of the first batch: a cache hit.
+    first, *later = batches
+    assert topic_text(request) in first and all(set(b) <= set(first) for b in later)
+    assert set(first) - {topic_text(request)} <= set(units)

@@ -11,6 +11,7 @@ from guardrails.config import InjectionConfig
 from guardrails.embedding import embedding_head
 from guardrails.injection import InjectionDetector
 from guardrails.injection_classifier import (
+    SUSPECT_UNITS,
     UNIT_CHARS,
     InjectionClassifier,
     text_units,
@@ -18,7 +19,7 @@ from guardrails.injection_classifier import (
 )
 from guardrails.normalize import normalize
 from guardrails.topics import Embedder
-from guardrails.train_injection import HARD_EXAMPLES, features
+from guardrails.train_injection import HARD_EXAMPLES, MAX_NGRAMS, features
 from guardrails.verdict import CheckMode
 
 
@@ -265,6 +266,25 @@ def test_an_attack_padded_with_harmless_text_is_blocked(
     assert layered.scan_untrusted([f"{PADDING} {attack} {PADDING}"])[0].action == "block"
 
 
+def test_the_units_the_screen_finds_most_suspect_are_scored() -> None:
+    """The full model scores a long text's SUSPECT_UNITS most suspect units: the first is
+    often the attack paired with a harmless neighbour, the second the attack alone."""
+    classifier = InjectionClassifier.load()
+    text = normalize(f"{PADDING} {PARAPHRASED[2]} {PADDING}")
+    asked: list[str] = []
+
+    def fake(texts: list[str]) -> np.ndarray:
+        asked.extend(texts)
+        return np.zeros((len(texts), classifier.dimension), dtype=np.float32)
+
+    classifier.classify([text], fake, threshold=classifier.threshold)
+    units = text_units(text)
+    screen = classifier.screen_probabilities(classifier.features(units))
+    ranked = [units[i] for i in np.argsort(-screen, kind="stable")]
+    assert screen[units.index(ranked[SUSPECT_UNITS - 1])] >= classifier.unit_screen_below
+    assert [a for a in asked if a in units] == ranked[:SUSPECT_UNITS]
+
+
 def test_classifier_error_fails_closed() -> None:
     def broken(texts: list[str]) -> np.ndarray:
         raise RuntimeError("embedder down")
@@ -328,7 +348,7 @@ def test_held_out_hard_attacks_are_mostly_caught(layered: InjectionDetector) -> 
 def test_shipped_classifier_uses_embedding_and_ngrams() -> None:
     classifier = InjectionClassifier.load()
     assert classifier.dimension == 384
-    assert 1000 <= len(classifier.idf) <= 20_000
+    assert 1000 <= len(classifier.idf) <= MAX_NGRAMS
     assert 0.0 < classifier.screen_below < classifier.threshold
     # The discussion cue weighs against injection, the imperative cue for it.
     assert classifier.full.ngram_coef["how do"] < 0 < classifier.full.ngram_coef["you are"]
@@ -378,4 +398,4 @@ def test_training_embeds_what_the_detector_embeds() -> None:
     asked.clear()
     InjectionClassifier.load().classify([window], fake, threshold=0.0)  # no screening
     assert asked[0] == embedding_head(window)
-    assert set(asked[1:]) <= set(text_units(window))  # and its most suspect unit
+    assert set(asked[1:]) <= set(text_units(window))  # and its most suspect units
