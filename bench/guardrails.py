@@ -513,6 +513,11 @@ def bench_latency(embed: Embedder) -> list[str]:
         ),
     ]
     load = os.getloadavg()[0]
+    usual_screen = (
+        "the injection screen is unsure of it, so its head is embedded for injection too"
+        if _screen_is_unsure(latency_prompts(0)[1])
+        else "the injection screen clears it: only topics embed its head"
+    )
     lines = [
         "### Latency",
         "",
@@ -520,14 +525,14 @@ def bench_latency(embed: Embedder) -> list[str]:
         "after one warm-up, the embedders' caches emptied before each (the prompts share "
         "sentences, and a real request's are new; before they were emptied, the suspect "
         "sentences' embeddings were cache hits and the first row read 21.5/27.0); "
-        "milliseconds. The usual prompt is a business request the injection "
-        f"screen clears (no embedding of its head for injection; topics embed its first "
-        f"{EMBED_CHARS} characters), though sentences the screen finds suspect, such as "
-        "one with contact details, are embedded on their own; the slow case is a "
-        "harmless request with phrases attacks use, "
-        "which the screen sends to the full classifier. The classifier embeds the same "
-        f"first {EMBED_CHARS} characters as topics (its n-grams read the whole window), so "
-        "with topics on one model pass serves both checks. Guardrail embedder: MiniLM in "
+        "milliseconds. The usual prompt is a business request with contact details "
+        f"({usual_screen}); the slow case is a harmless request with phrases attacks use, "
+        "which the screen sends to the full classifier. Sentences the screen finds "
+        f"suspect (up to {SUSPECT_UNITS} a text, such as the one with contact details) are "
+        "embedded on their own. The classifier embeds the same "
+        f"first {EMBED_CHARS} characters as topics (its n-grams read the whole window), "
+        "and the injection check embeds the topic text in its batch, so one model pass "
+        "(unpadded) serves both checks. Guardrail embedder: MiniLM in "
         f"{'bfloat16 (this CPU has native bf16)' if cpu_has_bf16() else 'float32'}, on "
         f"{embed.threads} torch thread(s) per call, as in the gateway (half the cores: two "
         "threads on a busy core stall at OpenMP barriers); retrieval's float32 row runs "
