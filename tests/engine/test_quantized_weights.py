@@ -181,7 +181,10 @@ def test_smollm2_quantized_answers_like_float(
     config = EngineConfig(kv_cache_mb=64, weights=weights)
     engine = PagedEngine.from_hf_model(model, tokenizer, f"smollm2-{weights}", "cpu", config=config)
     try:
-        question = (ChatMessage("user", "What is the capital of France?"),)
+        # Not the bare "What is the capital of France?": its first token is a near-tie in
+        # fp32 ("The" 0.08 logits above "L"), which fp16 weights tipped to "L'Étoile, ..."
+        # on a Sapphire Rapids CPU. This one leads by 1.48 in fp32 and by 1.5 in each format.
+        question = (ChatMessage("user", "What is the capital of France? Answer in one sentence."),)
         request = GenerationRequest("q", question, SamplingParams(max_tokens=16))
 
         async def answer() -> str:
