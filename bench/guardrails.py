@@ -493,7 +493,12 @@ def bench_latency(embed: Embedder) -> list[str]:
             lambda p: injection.check([p]),
             UNSURE_PROMPT,
         ),
-        ("PII (default entities, tokenizer-only spaCy)", lambda p: pii.check([p]), LATENCY_PROMPT),
+        (
+            "PII (default entities, tokenizer-only spaCy, phone formats of the default "
+            "country, us)",
+            lambda p: pii.check([p]),
+            LATENCY_PROMPT,
+        ),
         ("topics alone (allow + deny lists)", lambda p: topics.check(p), LATENCY_PROMPT),
         (
             f"MiniLM embedding of the first {EMBED_CHARS} characters, bfloat16 (what the "
