@@ -116,7 +116,7 @@ def bench_injection(embed: Callable[[list[str]], np.ndarray]) -> list[str]:
         "the attack's own sentences (recall 0.10 before units were scored); contacts: 200 "
         "harmless messages with email addresses, phone numbers and links (Faker, "
         "`contact_messages`), held out only: training on 400 more from other templates "
-        "cost recall (pooled 0.944 -> 0.931).",
+        "cost the earlier 5,000-n-gram model recall (pooled 0.944 -> 0.931).",
         "",
     ]
     screened = _screened_share(embed, test)
