@@ -192,9 +192,9 @@ class InjectionClassifier:
                 continue
             unit_features = self.features(units)
             unit_scores = self.screen_probabilities(unit_features)
-            for best in np.argsort(-unit_scores, kind="stable")[:SUSPECT_UNITS]:
-                if not screened or unit_scores[best] >= self.unit_screen_below:
-                    suspects.append((i, units[best], unit_features[best]))
+            for unit in np.argsort(-unit_scores, kind="stable")[:SUSPECT_UNITS]:
+                if not screened or unit_scores[unit] >= self.unit_screen_below:
+                    suspects.append((i, units[unit], unit_features[unit]))
         if not uncertain and not suspects:
             return scores
         embedded = [embedding_head(texts[i]) for i in uncertain] + [u for _, u, _ in suspects]

@@ -91,7 +91,7 @@ class TopicMatcher:
 
     def _check(self, text: str) -> Verdict:
         mode = self._config.mode
-        query = np.asarray(self._embed([topic_text(text)]), dtype=np.float32)[0]
+        query = np.asarray(self._embed(self.query_texts(text)), dtype=np.float32)[0]
         denied = self._denied.closest(query)
         if denied is not None and denied[1] >= self._config.deny_threshold:
             name, score = denied

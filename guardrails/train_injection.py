@@ -18,7 +18,7 @@ training, even ones held out; and, held out only, ordinary messages with contact
 resemble. Training adds up to
 BENIGN_UNITS sentences and sentence pairs of the benign training texts
 (`with_benign_units`), since the detector also scores each longer text's most suspect
-unit.
+units.
 
 Features are the guardrail embedder's (`guardrail_embedder`) embedding of the head of a
 text's first window (`embedding_head`, what the detector embeds) and the word n-grams of
@@ -94,7 +94,7 @@ SCREEN_C = 4.0
 FULL_C = 4.0
 SCREEN_BELOW_MAX = 0.1
 # Sentences and sentence pairs of benign training texts, as negatives of their own source:
-# the detector scores a longer text's most suspect unit on its own (`text_units`).
+# the detector scores a longer text's most suspect units on their own (`text_units`).
 BENIGN_UNITS = 3000
 # Share of the attacks the full model catches (out of fold) whose screen probability
 # passes the units' cut: a long text has many units, and each one embedded costs ~15 ms.
