@@ -3,6 +3,8 @@ from __future__ import annotations
 import base64
 import codecs
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,8 +13,10 @@ from guardrails.config import InjectionConfig
 from guardrails.embedding import embedding_head
 from guardrails.injection import InjectionDetector
 from guardrails.injection_classifier import (
+    DEFAULT_WEIGHTS,
     SUSPECT_UNITS,
     UNIT_CHARS,
+    ClassifierWeightsError,
     InjectionClassifier,
     text_units,
     text_windows,
@@ -399,3 +403,22 @@ def test_training_embeds_what_the_detector_embeds() -> None:
     InjectionClassifier.load().classify([window], fake, threshold=0.0)  # no screening
     assert asked[0] == embedding_head(window)
     assert set(asked[1:]) <= set(text_units(window))  # and its most suspect units
+
+
+def test_weights_are_parsed_once_per_version_and_bad_files_are_named(tmp_path: Path) -> None:
+    assert InjectionClassifier.load() is InjectionClassifier.load()  # shared by all policies
+    weights = tmp_path / "weights.json"
+    with pytest.raises(ClassifierWeightsError, match=r"weights\.json"):
+        InjectionClassifier.load(weights)  # missing
+    weights.write_text('{"threshold": 0.5}', encoding="utf-8")
+    with pytest.raises(ClassifierWeightsError, match=r"weights\.json"):
+        InjectionClassifier.load(weights)  # malformed
+    weights.write_bytes(DEFAULT_WEIGHTS.read_bytes())
+    os.utime(weights, ns=(1, 1))
+    first = InjectionClassifier.load(weights)
+    assert first is not InjectionClassifier.load() and first.idf == InjectionClassifier.load().idf
+    data = json.loads(weights.read_text(encoding="utf-8"))
+    data["threshold"] = 0.9
+    weights.write_text(json.dumps(data), encoding="utf-8")
+    os.utime(weights, ns=(2, 2))  # a retrained file is read again
+    assert InjectionClassifier.load(weights).threshold == 0.9
