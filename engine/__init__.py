@@ -3,7 +3,6 @@
 from engine.base import Engine
 from engine.config import EngineConfig
 from engine.core import EngineMetrics
-from engine.hf_engine import TransformersEngine
 from engine.model_source import (
     ModelNotFound,
     ModelSource,
@@ -11,6 +10,7 @@ from engine.model_source import (
     model_source_from_path,
 )
 from engine.paged_engine import PagedEngine
+from engine.reference_engine import TransformersEngine
 from engine.types import (
     ChatMessage,
     ContextLengthExceeded,

@@ -1,4 +1,4 @@
-"""The transformers-backed engine on the real SmolLM2 weights."""
+"""The reference engine (a plain transformers decode loop) on the real SmolLM2 weights."""
 
 from __future__ import annotations
 

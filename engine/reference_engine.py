@@ -1,7 +1,7 @@
-"""A first engine: a plain KV-cached decode loop over a transformers model.
+"""The reference engine: a plain KV-cached decode loop over a transformers model.
 
-One generation runs at a time on a dedicated worker thread; async callers receive token
-deltas through a queue. The paged engine with continuous batching replaces it.
+The paged engine's tests compare against it. One generation runs at a time on a dedicated
+worker thread; async callers receive token deltas through a queue.
 """
 
 from __future__ import annotations
