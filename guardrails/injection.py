@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from guardrails.config import InjectionConfig
+from guardrails.embedding import Embedder
 from guardrails.injection_classifier import (
     WINDOW_CHARS,
-    Embedder,
     InjectionClassifier,
     text_windows,
 )

@@ -283,7 +283,10 @@ class _Fitted:
 
 
 def _fit(
-    x: npt.NDArray[np.float32], texts: list[str], y: npt.NDArray[np.int_], weights: npt.NDArray
+    x: npt.NDArray[np.float32],
+    texts: list[str],
+    y: npt.NDArray[np.int_],
+    weights: npt.NDArray[np.float64],
 ) -> _Fitted:
     vectorizer = TfidfVectorizer(
         ngram_range=NGRAM_RANGE, min_df=2, max_features=MAX_NGRAMS, sublinear_tf=True

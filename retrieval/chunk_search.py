@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 from sqlalchemy import select
 from sqlalchemy.orm import Session, defer, sessionmaker
 
@@ -78,7 +79,7 @@ class ChunkSearch:
         if not names or top_k <= 0 or not query.strip():
             return []
         pool = max(candidates, top_k)
-        query_tokens: np.ndarray | None = None
+        query_tokens: npt.NDArray[np.float32] | None = None
         if rerank:
             # One pass of the model gives the reranker the query's token vectors too.
             vectors, tokens = self._query_embedder.embed_with_tokens([query])
@@ -132,7 +133,7 @@ class ChunkSearch:
         self,
         session: Session,
         search: _Search,
-        vector: np.ndarray,
+        vector: npt.NDArray[np.float32],
         query: str,
         expansion: list[str],
     ) -> list[list[int]]:
@@ -150,7 +151,7 @@ class ChunkSearch:
             rankings.append(top_ids(found, search.pool))
         return rankings
 
-    def _embeddings(self, session: Session, tenant: str, ids: list[int]) -> np.ndarray:
+    def _embeddings(self, session: Session, tenant: str, ids: list[int]) -> npt.NDArray[np.float32]:
         # The tenant is checked here, not in SQL: there SQLite would pick the tenant index
         # and scan the whole tenant's chunks instead of looking up a few primary keys.
         rows = session.execute(select(Chunk.tenant, Chunk.embedding).where(Chunk.id.in_(ids)))
@@ -181,7 +182,7 @@ class ChunkSearch:
         session: Session,
         tenant: str,
         names: list[str],
-        vector: np.ndarray,
+        vector: npt.NDArray[np.float32],
         k: int,
         allowed: set[int] | None,
     ) -> list[int]:
@@ -203,7 +204,9 @@ class ChunkSearch:
                         found[chunk_id] = score
         return top_ids(found, k)
 
-    def _cosines(self, vector: np.ndarray, chunks: Sequence[Chunk]) -> dict[int, float]:
+    def _cosines(
+        self, vector: npt.NDArray[np.float32], chunks: Sequence[Chunk]
+    ) -> dict[int, float]:
         stored = [c for c in chunks if c.embedding is not None]
         missing = [c for c in chunks if c.embedding is None]
         result = {

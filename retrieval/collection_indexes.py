@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -87,7 +88,7 @@ class CollectionIndexes:
 
     def stored_vectors(
         self, session: Session, tenant: str, collection: str | None, ids: list[int] | None
-    ) -> tuple[np.ndarray, np.ndarray]:
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
         """Ids and embeddings of chunks from the database; embeds (and stores) missing ones."""
         query = select(Chunk).where(Chunk.tenant == tenant).order_by(Chunk.id)
         if collection is not None:
@@ -111,8 +112,8 @@ class CollectionIndexes:
         session: Session,
         tenant: str,
         collection: str,
-        new_ids: np.ndarray,
-        vectors: np.ndarray,
+        new_ids: npt.NDArray[np.int64],
+        vectors: npt.NDArray[np.float32],
         stale_ids: list[int],
     ) -> None:
         """Save the new vectors, then commit; undo the vectors if either step fails."""

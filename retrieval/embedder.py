@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from retrieval.unpadded import MAX_TOKENS, supports_unpadded, unpadded_sentence_vectors
 
@@ -58,7 +59,7 @@ class Embedder:
         self.dimension: int = int(dimension)
         self._cache_entries = cache_entries
         self.threads = threads  # torch intra-op threads per call; None: the caller's
-        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
         self._unpadded = supports_unpadded(model)
         self._lock = threading.Lock()  # the gateway embeds from several worker threads
 
@@ -91,7 +92,7 @@ class Embedder:
             model = model.to(torch.bfloat16)
         return Embedder(model, self._cache_entries, threads=max(1, (os.cpu_count() or 2) // 2))
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Embed `texts` into an array of shape (len(texts), dimension)."""
         if len(texts) == 0:
             return np.zeros((0, self.dimension), dtype=np.float32)
@@ -115,10 +116,12 @@ class Embedder:
         with self._lock:
             self._cache.clear()
 
-    def _encode(self, texts: list[str]) -> np.ndarray:
+    def _encode(self, texts: list[str]) -> npt.NDArray[np.float32]:
         return self._forward(texts, with_tokens=False)[0]
 
-    def embed_with_tokens(self, texts: Sequence[str]) -> tuple[np.ndarray, list[np.ndarray]]:
+    def embed_with_tokens(
+        self, texts: Sequence[str]
+    ) -> tuple[npt.NDArray[np.float32], list[npt.NDArray[np.float32]]]:
         """Sentence vectors and per-token vectors of `texts` from one pass of the model.
 
         Token vectors leave out [CLS] and [SEP] (they match everything and blur late
@@ -128,7 +131,9 @@ class Embedder:
             return np.zeros((0, self.dimension), dtype=np.float32), []
         return self._forward(list(texts), with_tokens=True)
 
-    def _forward(self, texts: list[str], with_tokens: bool) -> tuple[np.ndarray, list[np.ndarray]]:
+    def _forward(
+        self, texts: list[str], with_tokens: bool
+    ) -> tuple[npt.NDArray[np.float32], list[npt.NDArray[np.float32]]]:
         """One pass of the model's modules over `texts`, longest first in batches.
 
         Runs the modules directly rather than through `encode`, whose bookkeeping costs
@@ -141,7 +146,9 @@ class Embedder:
         # `tokenize` was renamed `preprocess` in sentence-transformers 5.
         prepare = getattr(self._model, "preprocess", None) or self._model.tokenize
         sentences = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        tokens: list[np.ndarray] = [np.zeros((0, self.dimension), np.float32)] * len(texts)
+        tokens: list[npt.NDArray[np.float32]] = [np.zeros((0, self.dimension), np.float32)] * len(
+            texts
+        )
         before = torch.get_num_threads()
         if self.threads is not None:
             torch.set_num_threads(self.threads)  # this thread's OpenMP setting
@@ -180,7 +187,7 @@ class Embedder:
             return False
         return int(features["attention_mask"].sum()) <= MAX_TOKENS
 
-    def token_embeddings(self, texts: Sequence[str]) -> list[np.ndarray]:
+    def token_embeddings(self, texts: Sequence[str]) -> list[npt.NDArray[np.float32]]:
         """Per-token vectors of each text, as `embed_with_tokens` gives them."""
         if len(texts) == 0:
             return []
@@ -198,19 +205,19 @@ def cpu_has_bf16() -> bool:
     return any(flag in flags.split() for flag in _BF16_FLAGS)
 
 
-def _frozen(row: np.ndarray) -> np.ndarray:
+def _frozen(row: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     """A read-only copy (a cached row is shared, and must not pin its whole batch)."""
     row = row.copy()
     row.flags.writeable = False
     return row
 
 
-def _numpy(tensor: object) -> np.ndarray:
+def _numpy(tensor: object) -> npt.NDArray[np.float32]:
     detached = tensor.detach().float().cpu().numpy()  # type: ignore[attr-defined]
     return np.asarray(detached, dtype=np.float32)
 
 
-def _normalised_tokens(matrix: np.ndarray) -> np.ndarray:
+def _normalised_tokens(matrix: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     # Padding is cut off already; what is left is [CLS] ... [SEP].
     matrix = matrix[1:-1] if len(matrix) > 2 else matrix
     return matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)

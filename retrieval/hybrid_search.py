@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 from sqlalchemy import ColumnElement, and_
 
 from retrieval.models import Chunk, Document
@@ -21,12 +22,12 @@ FEEDBACK_BETA = 1.0
 
 
 def expand_vector(
-    vector: np.ndarray, feedback: np.ndarray, beta: float = FEEDBACK_BETA
-) -> np.ndarray:
+    vector: npt.NDArray[np.float32], feedback: npt.NDArray[np.float32], beta: float = FEEDBACK_BETA
+) -> npt.NDArray[np.float32]:
     """Rocchio: the query vector moved toward the mean of the `feedback` vectors, unit length."""
     if len(feedback) == 0:
         return vector
-    moved = vector + beta * feedback.mean(axis=0)
+    moved: npt.NDArray[np.float32] = vector + beta * feedback.mean(axis=0)
     return (moved / max(float(np.linalg.norm(moved)), 1e-12)).astype(np.float32)
 
 

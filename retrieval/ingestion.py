@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from pathlib import PurePath
 
 import numpy as np
+import numpy.typing as npt
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
@@ -54,9 +55,9 @@ class IngestionPlan:
         self,
         session: Session,
         pieces: Sequence[Sequence[TextChunk]],
-        vectors: np.ndarray,
-        token_vectors: Sequence[np.ndarray],
-    ) -> tuple[np.ndarray, list[int]]:
+        vectors: npt.NDArray[np.float32],
+        token_vectors: Sequence[npt.NDArray[np.float32]],
+    ) -> tuple[npt.NDArray[np.int64], list[int]]:
         """Create or update the documents and replace their chunks; flushes, never commits.
 
         Returns the new chunk ids (in `vectors` order) and the ids of the chunks replaced.

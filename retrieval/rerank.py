@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from retrieval.embedder import Embedder
 
@@ -18,7 +19,7 @@ class Candidate:
 
     chunk_id: int
     text: str
-    token_vectors: np.ndarray | None = None
+    token_vectors: npt.NDArray[np.float32] | None = None
 
 
 class Reranker(Protocol):
@@ -36,7 +37,7 @@ class Reranker(Protocol):
         self,
         query: str,
         candidates: Sequence[Candidate],
-        query_tokens: np.ndarray | None = None,
+        query_tokens: npt.NDArray[np.float32] | None = None,
     ) -> list[float]: ...
 
 
@@ -58,7 +59,7 @@ class LateInteractionReranker:
         self,
         query: str,
         candidates: Sequence[Candidate],
-        query_tokens: np.ndarray | None = None,
+        query_tokens: npt.NDArray[np.float32] | None = None,
     ) -> list[float]:
         if not candidates:
             return []
@@ -69,10 +70,13 @@ class LateInteractionReranker:
         documents = [
             c.token_vectors if c.token_vectors is not None else next(computed) for c in candidates
         ]
-        return max_sim(query_tokens, documents).tolist()
+        scores: list[float] = max_sim(query_tokens, documents).tolist()
+        return scores
 
 
-def max_sim(query_tokens: np.ndarray, documents: Sequence[np.ndarray]) -> np.ndarray:
+def max_sim(
+    query_tokens: npt.NDArray[np.float32], documents: Sequence[npt.NDArray[np.float32]]
+) -> npt.NDArray[np.float32]:
     """Late-interaction scores of `documents` (token matrices) for the query's tokens.
 
     One matrix product over all documents' tokens at once: a product per document costs
@@ -106,7 +110,7 @@ class CrossEncoderReranker:
         self,
         query: str,
         candidates: Sequence[Candidate],
-        query_tokens: np.ndarray | None = None,
+        query_tokens: npt.NDArray[np.float32] | None = None,
     ) -> list[float]:
         if not candidates:
             return []
@@ -122,16 +126,18 @@ def load_reranker(embedder: Embedder, model_path: Path | None = None) -> Reranke
     return LateInteractionReranker(embedder)
 
 
-def pack_token_vectors(matrix: np.ndarray) -> bytes:
+def pack_token_vectors(matrix: npt.NDArray[np.float32]) -> bytes:
     """Row-wise int8 quantisation of unit vectors: a quarter of the float32 size."""
     matrix = np.asarray(matrix, dtype=np.float32)
-    scales = np.maximum(np.abs(matrix).max(axis=1, initial=0.0), 1e-8) / 127.0
+    scales: npt.NDArray[np.float32] = (
+        np.maximum(np.abs(matrix).max(axis=1, initial=0.0), 1e-8) / 127.0
+    )
     codes = np.round(matrix / scales[:, None]).astype(np.int8)
     header = np.array(matrix.shape, dtype=np.int32).tobytes()
     return header + scales.astype(np.float16).tobytes() + codes.tobytes()
 
 
-def unpack_token_vectors(blob: bytes) -> np.ndarray:
+def unpack_token_vectors(blob: bytes) -> npt.NDArray[np.float32]:
     rows, dim = (int(v) for v in np.frombuffer(blob, dtype=np.int32, count=2))
     scales = np.frombuffer(blob, dtype=np.float16, count=rows, offset=8).astype(np.float32)
     codes = np.frombuffer(blob, dtype=np.int8, count=rows * dim, offset=8 + 2 * rows)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import faiss
 import numpy as np
+import numpy.typing as npt
 
 APPROXIMATE_ABOVE = 50_000
 """Collections with more vectors than this switch from exact search to an IVF index."""
@@ -65,7 +66,7 @@ class VectorIndex:
     def approximate(self) -> bool:
         return isinstance(self._index, faiss.IndexIVF)
 
-    def ids(self) -> np.ndarray:
+    def ids(self) -> npt.NDArray[np.int64]:
         """The ids of all vectors held, in no particular order."""
         if isinstance(self._index, faiss.IndexIDMap2):
             return faiss.vector_to_array(self._index.id_map).astype(np.int64)
@@ -79,7 +80,7 @@ class VectorIndex:
         ]
         return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
-    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+    def add(self, ids: npt.NDArray[np.int64], vectors: npt.NDArray[np.float32]) -> None:
         """Add `vectors` under `ids`; an id already present is replaced, never duplicated."""
         ids = np.ascontiguousarray(ids, dtype=np.int64).reshape(-1)
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
@@ -94,7 +95,7 @@ class VectorIndex:
         if not self.approximate and self.size > self.approximate_above:
             self._switch_to_ivf()
 
-    def remove(self, ids: np.ndarray) -> int:
+    def remove(self, ids: npt.NDArray[np.int64]) -> int:
         """Remove the vectors with these ids; returns how many were present."""
         ids = np.ascontiguousarray(ids, dtype=np.int64).reshape(-1)
         if len(ids) == 0 or self.size == 0:
@@ -102,7 +103,7 @@ class VectorIndex:
         # faiss wraps remove_ids to take an id array, but its stubs only know IDSelector.
         return int(self._index.remove_ids(ids))  # type: ignore[arg-type]
 
-    def search(self, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
+    def search(self, vector: npt.NDArray[np.float32], k: int) -> list[tuple[int, float]]:
         """The ids and inner-product scores of the `k` nearest vectors, best first."""
         if k <= 0 or self.size == 0:
             return []
