@@ -33,13 +33,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from doc_section import write_section  # noqa: E402  (bench/ is on the path)
 
-from gateway.audit import AuditEntry, AuditLog  # noqa: E402
-from gateway.audit_chain import verify_chain  # noqa: E402
-from gateway.db import make_db_engine, make_session_factory  # noqa: E402
-from gateway.local_server import free_port, serve_in_thread  # noqa: E402
-from gateway.migrations import upgrade_database  # noqa: E402
-from gateway.models import AuditRecord  # noqa: E402
-from gateway.temporary_schema import temporary_schema  # noqa: E402
+from gateway.audit.log import AuditEntry, AuditLog  # noqa: E402
+from gateway.audit.chain import verify_chain  # noqa: E402
+from gateway.db.connection import make_db_engine, make_session_factory  # noqa: E402
+from tests.support.local_server import free_port, serve_in_thread  # noqa: E402
+from gateway.db.migrations import upgrade_database  # noqa: E402
+from gateway.db.models import AuditRecord  # noqa: E402
+from tests.support.temporary_schema import temporary_schema  # noqa: E402
 from guardrails.verdict import Verdict  # noqa: E402
 
 POSTGRES_URL = os.environ.get(
@@ -236,7 +236,7 @@ class ChatLatency:
 
 def chat_latency(requests: int) -> ChatLatency:
     """Short non-streamed chats through the real app (uvicorn, SQLite, SmolLM2 on CPU)."""
-    from gateway.keys import create_key
+    from gateway.keys.store import create_key
     from gateway.services import load_services
     from gateway.settings import Settings
 

@@ -14,23 +14,23 @@ from litestar.exceptions import HTTPException
 from litestar.openapi import OpenAPIConfig
 from sqlalchemy.exc import OperationalError
 
-from gateway.admin_routes import ADMIN_ROUTES
-from gateway.audit_chain import AuditWriteError
-from gateway.audit_routes import AUDIT_ROUTES
-from gateway.document_routes import DOCUMENT_ROUTES
-from gateway.errors import (
+from gateway.keys.routes import ADMIN_ROUTES
+from gateway.audit.chain import AuditWriteError
+from gateway.audit.routes import AUDIT_ROUTES
+from gateway.documents.routes import DOCUMENT_ROUTES
+from gateway.http.errors import (
     ApiError,
     api_error_handler,
     database_error_handler,
     http_exception_handler,
     internal_error_handler,
 )
-from gateway.metrics import GatewayMetrics, count_response, metrics_endpoint
-from gateway.openapi_docs import COMPONENTS
-from gateway.request_context import add_request_id_header, bind_log_context
-from gateway.request_limits import refuse_large_headers
-from gateway.review_page import REVIEW_PAGE_ROUTES
-from gateway.routes import chat_completions, healthz, list_models, readyz
+from gateway.http.metrics import GatewayMetrics, count_response, metrics_endpoint
+from gateway.http.openapi_docs import COMPONENTS
+from gateway.http.request_context import add_request_id_header, bind_log_context
+from gateway.http.request_limits import refuse_large_headers
+from gateway.audit.review_page import REVIEW_PAGE_ROUTES
+from gateway.chat.routes import chat_completions, healthz, list_models, readyz
 from gateway.services import Services, load_services
 from gateway.settings import Settings
 

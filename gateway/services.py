@@ -22,12 +22,12 @@ from engine import (
 from engine.config import kv_cache_mb_from_env
 from engine.linear import WeightFormat, fbgemm_supported
 from engine.native_decode import load_library as load_native_decode
-from gateway.audit import AuditEntry, AuditLog
-from gateway.db import make_db_engine, make_session_factory
-from gateway.migrations import upgrade_database
-from gateway.policy import LoadedPolicy
-from gateway.policy_registry import PolicyChange, PolicyRegistry
-from gateway.rate_limit import RateLimiter, make_rate_limiter
+from gateway.audit.log import AuditEntry, AuditLog
+from gateway.db.connection import make_db_engine, make_session_factory
+from gateway.db.migrations import upgrade_database
+from gateway.policy.schema import LoadedPolicy
+from gateway.policy.registry import PolicyChange, PolicyRegistry
+from gateway.limits.rate_limit import RateLimiter, make_rate_limiter
 from gateway.settings import Settings
 from guardrails import (
     InjectionDetector,

@@ -6,7 +6,7 @@ from alembic import context
 from sqlalchemy import engine_from_config, pool
 
 from gateway import audit_keys  # noqa: F401  (registers audit_subject_keys)
-from gateway.models import GatewayBase
+from gateway.db.models import GatewayBase
 from retrieval.models import RetrievalBase
 
 config = context.config

@@ -12,7 +12,7 @@ import torch
 
 from engine import PagedEngine, TransformersEngine, default_model_source
 from engine.model_source import load_pretrained
-from gateway.temporary_schema import temporary_schema
+from tests.support.temporary_schema import temporary_schema
 from tests.log_scan import LogScanner
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

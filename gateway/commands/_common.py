@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from gateway.audit import AuditEntry, AuditLog
+from gateway.audit.log import AuditEntry, AuditLog
 
 
 def add_data_dir(parser: argparse.ArgumentParser) -> None:

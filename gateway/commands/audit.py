@@ -12,12 +12,12 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from gateway.audit_chain import PURGE_EVENT, Checkpoint, make_checkpoint, verify_chain
-from gateway.audit_query import AuditFilter, export_lines, read_records
-from gateway.audit_retention import AuditRetentionError, erase_subject, purge_before
-from gateway.audit_signing import load_signing_key
+from gateway.audit.chain import PURGE_EVENT, Checkpoint, make_checkpoint, verify_chain
+from gateway.audit.query import AuditFilter, export_lines, read_records
+from gateway.audit.retention import AuditRetentionError, erase_subject, purge_before
+from gateway.audit.signing import load_signing_key
 from gateway.commands._common import add_data_dir
-from gateway.models import utc_now
+from gateway.db.models import utc_now
 from gateway.settings import Settings
 
 
@@ -72,7 +72,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 def _policy_retention_days(settings: Settings) -> int:
     """The longest retention any policy asks for: a shared log keeps what any tenant needs."""
-    from gateway.policy import PolicyError, load_policy
+    from gateway.policy.schema import PolicyError, load_policy
 
     days = []
     for path in sorted(settings.policy_dir.glob("*.yaml")):

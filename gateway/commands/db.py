@@ -17,7 +17,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def run_upgrade(settings: Settings, _: argparse.Namespace) -> int:
-    from gateway.migrations import upgrade_database
+    from gateway.db.migrations import upgrade_database
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     upgrade_database(settings.resolved_database_url)

@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from gateway.policy import PolicyError, load_policy, policy_json_schema
-from gateway.policy_cases import guardrail_check_for, load_cases, run_cases
+from gateway.policy.schema import PolicyError, load_policy, policy_json_schema
+from gateway.policy.cases import guardrail_check_for, load_cases, run_cases
 from gateway.settings import Settings
 
 
@@ -48,7 +48,7 @@ def run_schema(_: Settings, args: argparse.Namespace) -> int:
 
 
 def run_docs(_: Settings, args: argparse.Namespace) -> int:
-    from gateway.policy_docs import render_policy_reference
+    from gateway.policy.docs import render_policy_reference
 
     return _write(render_policy_reference(), args.output)
 

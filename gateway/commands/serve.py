@@ -20,7 +20,7 @@ def run(settings: Settings, _: argparse.Namespace) -> int:
     import uvicorn
 
     from gateway.app import create_app
-    from gateway.bootstrap import ensure_default_key
+    from gateway.keys.bootstrap import ensure_default_key
     from gateway.services import open_database
 
     sessions = open_database(settings)

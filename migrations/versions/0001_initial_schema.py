@@ -98,7 +98,7 @@ def upgrade() -> None:
 
 
 # The audit log is append-only for the application: these triggers refuse UPDATE and DELETE.
-# Retention purges switch them off inside their own transaction (see gateway.audit_chain).
+# Retention purges switch them off inside their own transaction (see gateway.audit.chain).
 _SQLITE_TRIGGERS = [
     """CREATE TRIGGER audit_records_no_update BEFORE UPDATE ON audit_records
     BEGIN SELECT RAISE(ABORT, 'audit records are append-only'); END""",

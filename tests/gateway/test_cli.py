@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.audit_chain import verify_chain
+from gateway.audit.chain import verify_chain
 from gateway.cli import main
-from gateway.keys import authenticate
+from gateway.keys.store import authenticate
 from gateway.services import open_database
 from gateway.settings import Settings
 from retrieval import DocumentStore, Embedder

@@ -12,13 +12,13 @@ import pytest
 from sqlalchemy import select
 
 from engine import ChatMessage, EngineMetrics, GenerationRequest, PagedEngine, TokenDelta
-from gateway.audit import AuditLog
-from gateway.audit_keys import TextOpener
-from gateway.keys import create_key
-from gateway.local_server import free_port, serve_in_thread
-from gateway.models import AuditRecord
-from gateway.policy_registry import PolicyRegistry
-from gateway.rate_limit import InMemoryRateLimiter
+from gateway.audit.log import AuditLog
+from gateway.audit.subject_keys import TextOpener
+from gateway.keys.store import create_key
+from tests.support.local_server import free_port, serve_in_thread
+from gateway.db.models import AuditRecord
+from gateway.policy.registry import PolicyRegistry
+from gateway.limits.rate_limit import InMemoryRateLimiter
 from gateway.services import (
     Services,
     ingest_sample_corpus,

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from sqlalchemy import inspect, text
 
-from gateway.keys import create_key
+from gateway.keys.store import create_key
 from tests.integration.conftest import LiveServer
 
 

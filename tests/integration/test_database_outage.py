@@ -19,13 +19,13 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from gateway.audit import AuditLog
-from gateway.audit_chain import verify_chain
-from gateway.db import make_db_engine, make_session_factory
-from gateway.keys import create_key
-from gateway.local_server import free_port, serve_in_thread
-from gateway.models import AuditRecord
-from gateway.rate_limit import InMemoryRateLimiter
+from gateway.audit.log import AuditLog
+from gateway.audit.chain import verify_chain
+from gateway.db.connection import make_db_engine, make_session_factory
+from gateway.keys.store import create_key
+from tests.support.local_server import free_port, serve_in_thread
+from gateway.db.models import AuditRecord
+from gateway.limits.rate_limit import InMemoryRateLimiter
 from gateway.services import Services, open_database, open_policies
 from gateway.settings import REPO_ROOT, Settings
 from retrieval import DocumentStore

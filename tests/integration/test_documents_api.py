@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from gateway.keys import create_key
+from gateway.keys.store import create_key
 from tests.integration.conftest import LiveServer
 
 POLICY_DOC = b"""# Northwind Bicycle Policy

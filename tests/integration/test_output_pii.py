@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
-from gateway.keys import create_key
+from gateway.keys.store import create_key
 from tests.integration.conftest import LiveServer, wait_for_policy
 
 ADDRESS = "jane.doe@example.com"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from openai import OpenAI
 
-from gateway.local_server import free_port, wait_until_ready
+from tests.support.local_server import free_port, wait_until_ready
 from gateway.settings import REPO_ROOT
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from gateway.audit import AuditEntry
-from gateway.keys import create_key
+from gateway.audit.log import AuditEntry
+from gateway.keys.store import create_key
 from guardrails.verdict import Verdict
 from tests.integration.conftest import LiveServer
 

@@ -7,7 +7,7 @@ import re
 import httpx
 import pytest
 
-from gateway.keys import create_key
+from gateway.keys.store import create_key
 from tests.integration.conftest import LiveServer
 
 # Which roles may call each area; a route outside every area fails the test, so new

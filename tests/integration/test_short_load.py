@@ -11,7 +11,7 @@ import time
 
 import httpx
 
-from gateway.audit_chain import verify_chain
+from gateway.audit.chain import verify_chain
 from tests.integration.conftest import LiveServer
 
 CLIENTS = 8

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from engine import PagedEngine
-from gateway.keys import create_key
+from gateway.keys.store import create_key
 from tests.integration.conftest import LiveServer, wait_for_policy
 
 SECRET_FACT = b"""# Zephyrine Project Handbook

@@ -1,0 +1,174 @@
+"""Crypto-shredding for the text kept in the audit log.
+
+Prompt and answer text is encrypted (AES-256-GCM) with a key of its own per data subject:
+the end user the client named, else the API key. The chain hashes the ciphertext, so
+erasing a subject's key makes their text unreadable while every record still verifies.
+Keys live in `audit_subject_keys`, which, unlike `audit_records`, may be updated.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from sqlalchemy import DateTime, Index, Integer, LargeBinary, String, select, text, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Mapped, Session, mapped_column, sessionmaker
+
+from gateway.db.models import GatewayBase, utc_now
+
+ENVELOPE = "bastion-enc:v1:"
+ERASED = "[erased]"
+UNREADABLE = "[unreadable]"
+_NONCE_BYTES = 12
+
+
+class AuditSubjectKey(GatewayBase):
+    """One data subject's key; `key` is NULL once the subject was erased."""
+
+    __tablename__ = "audit_subject_keys"
+    __table_args__ = (
+        Index("ix_audit_subject_keys_subject", "tenant", "subject"),
+        # At most one live key per subject; erased rows stay as a record of the erasure.
+        Index(
+            "uq_audit_subject_keys_live",
+            "tenant",
+            "subject",
+            unique=True,
+            sqlite_where=text("erased_at IS NULL"),
+            postgresql_where=text("erased_at IS NULL"),
+        ),
+        {"sqlite_autoincrement": True},  # a key id is never reused for another subject
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tenant: Mapped[str] = mapped_column(String(128))
+    subject: Mapped[str] = mapped_column(String(256))
+    key: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    erased_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class AuditKeyError(RuntimeError):
+    """No key could be had for a subject; the record must not be written in clear."""
+
+
+@dataclass(frozen=True, slots=True)
+class ErasedKey:
+    """One key that `erase` destroyed."""
+
+    key_id: int
+    tenant: str
+    subject: str
+
+
+def is_sealed(stored: str | None) -> bool:
+    return stored is not None and stored.startswith(ENVELOPE)
+
+
+class SubjectKeys:
+    """Creates subject keys and seals text with them. Keys are read from the database on
+    every write, so an erasure made by another process takes effect at once."""
+
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self._sessions = sessions
+
+    def sealer(self, tenant: str | None, subject: str) -> Callable[[str], str]:
+        """A function that encrypts text with the subject's live key, fetched on first use
+        (so a record without text costs no key lookup) and reused for that record only."""
+        live: list[tuple[int, bytes]] = []
+
+        def seal(plaintext: str) -> str:
+            if not live:
+                live.append(self._live_key(tenant or "", subject))
+            key_id, key = live[0]
+            nonce = os.urandom(_NONCE_BYTES)
+            sealed = AESGCM(key).encrypt(nonce, plaintext.encode(), _aad(key_id))
+            return f"{ENVELOPE}{key_id}:{base64.urlsafe_b64encode(nonce + sealed).decode()}"
+
+        return seal
+
+    def _live_key(self, tenant: str, subject: str) -> tuple[int, bytes]:
+        for _ in range(3):
+            with self._sessions.begin() as session:
+                found = session.execute(
+                    select(AuditSubjectKey.id, AuditSubjectKey.key).where(
+                        AuditSubjectKey.tenant == tenant,
+                        AuditSubjectKey.subject == subject,
+                        AuditSubjectKey.erased_at.is_(None),
+                    )
+                ).first()
+                if found is not None and found.key is not None:
+                    return int(found.id), bytes(found.key)
+            try:
+                with self._sessions.begin() as session:
+                    key = AESGCM.generate_key(bit_length=256)
+                    row = AuditSubjectKey(tenant=tenant, subject=subject, key=key)
+                    session.add(row)
+                    session.flush()
+                    return row.id, key
+            except IntegrityError:
+                continue  # another writer created it first: read theirs
+        raise AuditKeyError(f"could not create an audit key for subject {subject!r}")
+
+    @staticmethod
+    def erase_in(session: Session, subject: str, tenant: str | None) -> list[ErasedKey]:
+        """Destroy the subject's live keys inside the caller's transaction."""
+        query = select(AuditSubjectKey).where(
+            AuditSubjectKey.subject == subject, AuditSubjectKey.erased_at.is_(None)
+        )
+        if tenant is not None:
+            query = query.where(AuditSubjectKey.tenant == tenant)
+        rows = list(session.scalars(query))
+        if rows:
+            session.execute(
+                update(AuditSubjectKey)
+                .where(AuditSubjectKey.id.in_([r.id for r in rows]))
+                .values(key=None, erased_at=utc_now())
+            )
+        return [ErasedKey(r.id, r.tenant, r.subject) for r in rows]
+
+
+class TextOpener:
+    """Decrypts envelopes for one read (a page, an export), caching keys for that read only,
+    so an erased key is never served from memory afterwards."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._keys: dict[int, bytes | None] = {}
+
+    def open(self, stored: str | None) -> str | None:
+        """Plain text, `[erased]` when the key is gone, or the value as stored when it
+        was never sealed."""
+        if stored is None or not is_sealed(stored):
+            return stored
+        key_part, _, payload = stored[len(ENVELOPE) :].partition(":")
+        if not key_part.isdigit():
+            return UNREADABLE
+        key_id = int(key_part)
+        key = self._key(key_id)
+        if key is None:
+            return ERASED
+        try:
+            raw = base64.urlsafe_b64decode(payload)
+            plain = AESGCM(key).decrypt(raw[:_NONCE_BYTES], raw[_NONCE_BYTES:], _aad(key_id))
+        except (InvalidTag, ValueError):
+            return UNREADABLE
+        return plain.decode()
+
+    def _key(self, key_id: int) -> bytes | None:
+        if key_id not in self._keys:
+            found = self._session.scalar(
+                select(AuditSubjectKey.key).where(AuditSubjectKey.id == key_id)
+            )
+            self._keys[key_id] = None if found is None else bytes(found)
+        return self._keys[key_id]
+
+
+def _aad(key_id: int) -> bytes:
+    return f"bastion.audit.text.v1:{key_id}".encode()
