@@ -33,14 +33,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from doc_section import write_section  # noqa: E402  (bench/ is on the path)
 
-from gateway.audit.log import AuditEntry, AuditLog  # noqa: E402
 from gateway.audit.chain import verify_chain  # noqa: E402
+from gateway.audit.log import AuditEntry, AuditLog  # noqa: E402
 from gateway.db.connection import make_db_engine, make_session_factory  # noqa: E402
-from tests.support.local_server import free_port, serve_in_thread  # noqa: E402
 from gateway.db.migrations import upgrade_database  # noqa: E402
 from gateway.db.models import AuditRecord  # noqa: E402
-from tests.support.temporary_schema import temporary_schema  # noqa: E402
 from guardrails.verdict import Verdict  # noqa: E402
+from tests.support.local_server import free_port, serve_in_thread  # noqa: E402
+from tests.support.temporary_schema import temporary_schema  # noqa: E402
 
 POSTGRES_URL = os.environ.get(
     "BASTION_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"

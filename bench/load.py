@@ -42,8 +42,8 @@ from doc_section import write_section  # noqa: E402  (bench/ is on the path)
 
 from gateway.audit.chain import verify_chain  # noqa: E402
 from gateway.db.connection import make_db_engine, make_session_factory  # noqa: E402
-from tests.support.local_server import free_port, spawn_serve, wait_until_ready  # noqa: E402
 from gateway.db.models import AuditRecord  # noqa: E402
+from tests.support.local_server import free_port, spawn_serve, wait_until_ready  # noqa: E402
 
 CHAT_PATH = "/v1/chat/completions"
 # Questions over the sample corpus, so that retrieval and the guardrails do real work.

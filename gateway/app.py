@@ -5,32 +5,25 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import structlog
-from litestar import Litestar, Request
+from litestar import Litestar
 from litestar.datastructures import State
-from litestar.exceptions import HTTPException
 from litestar.openapi import OpenAPIConfig
-from sqlalchemy.exc import OperationalError
 
-from gateway.keys.routes import ADMIN_ROUTES
-from gateway.audit.chain import AuditWriteError
-from gateway.audit.routes import AUDIT_ROUTES
-from gateway.documents.routes import DOCUMENT_ROUTES
-from gateway.http.errors import (
-    ApiError,
-    api_error_handler,
-    database_error_handler,
-    http_exception_handler,
-    internal_error_handler,
-)
+from gateway.audit.review_page import REVIEW_PAGE_ROUTER
+from gateway.audit.routes import AUDIT_ROUTER
+from gateway.chat.routes import CHAT_ROUTER
+from gateway.documents.routes import DOCUMENT_ROUTER
+from gateway.http.auth import DEPENDENCIES
+from gateway.http.exception_handlers import EXCEPTION_HANDLERS
 from gateway.http.metrics import GatewayMetrics, count_response, metrics_endpoint
 from gateway.http.openapi_docs import COMPONENTS
+from gateway.http.probes import PROBE_ROUTES
 from gateway.http.request_context import add_request_id_header, bind_log_context
 from gateway.http.request_limits import refuse_large_headers
-from gateway.audit.review_page import REVIEW_PAGE_ROUTES
-from gateway.chat.routes import chat_completions, healthz, list_models, readyz
+from gateway.keys.routes import KEY_ROUTER
+from gateway.policy.routes import POLICY_ROUTER
 from gateway.services import Services, load_services
 from gateway.settings import Settings
 
@@ -59,35 +52,24 @@ def create_app(settings: Settings, services: Services | None = None) -> Litestar
 
     return Litestar(
         route_handlers=[
-            healthz,
-            readyz,
-            list_models,
-            chat_completions,
+            *PROBE_ROUTES,
             metrics_endpoint,
-            *AUDIT_ROUTES,
-            *ADMIN_ROUTES,
-            *DOCUMENT_ROUTES,
-            *REVIEW_PAGE_ROUTES,
+            CHAT_ROUTER,
+            AUDIT_ROUTER,
+            REVIEW_PAGE_ROUTER,
+            KEY_ROUTER,
+            POLICY_ROUTER,
+            DOCUMENT_ROUTER,
         ],
+        dependencies=DEPENDENCIES,
+        # Outermost first: the log context, then the header limit, before any guard runs.
+        middleware=[bind_log_context, refuse_large_headers],
         lifespan=[lifespan],
         state=State({"services": services, "load_error": None, "metrics": GatewayMetrics()}),
-        exception_handlers={
-            ApiError: api_error_handler,
-            HTTPException: http_exception_handler,
-            OperationalError: database_error_handler,
-            AuditWriteError: database_error_handler,
-            Exception: internal_error_handler,
-        },
+        exception_handlers=EXCEPTION_HANDLERS,
         before_send=[add_request_id_header, count_response],
-        before_request=_before_request,
         openapi_config=OpenAPIConfig(title="Bastion", version="0.1.0", components=COMPONENTS),
     )
-
-
-async def _before_request(request: Request[Any, Any, Any]) -> None:
-    """The log context first, so that a refusal is logged with its request id."""
-    await bind_log_context(request)
-    await refuse_large_headers(request)
 
 
 async def _load_in_background(app: Litestar, settings: Settings) -> None:

@@ -23,13 +23,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = build_parser().parse_args(argv)
-    configure_logging()
     overrides = {
         name: value
         for name in ("data_dir", "host", "port")
         if (value := getattr(args, name, None)) is not None
     }
     settings = Settings(**overrides)
+    configure_logging(settings.log_json)
     try:
         return int(args.run(settings, args))
     except (ValueError, FileNotFoundError) as exc:

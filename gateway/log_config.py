@@ -1,4 +1,4 @@
-"""Structured logs on stderr: key-value lines, or JSON when BASTION_LOG_JSON=1.
+"""Structured logs on stderr: key-value lines, or JSON when `BASTION_LOG_JSON` is true.
 
 stdout stays for what a command prints (a new key, an export).
 """
@@ -6,14 +6,12 @@ stdout stays for what a command prints (a new key, an export).
 from __future__ import annotations
 
 import logging
-import os
 import sys
 
 import structlog
 
 
-def configure_logging() -> None:
-    json_logs = os.environ.get("BASTION_LOG_JSON", "") in ("1", "true")
+def configure_logging(json_logs: bool) -> None:
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer() if json_logs else structlog.dev.ConsoleRenderer()
     )

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import time
-import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import structlog
@@ -19,40 +18,17 @@ from engine import (
     default_model_source,
     model_source_from_path,
 )
-from engine.config import kv_cache_mb_from_env
-from engine.linear import WeightFormat, fbgemm_supported
-from engine.native_decode import load_library as load_native_decode
-from gateway.audit.log import AuditEntry, AuditLog
+from gateway.audit.log import AuditLog
 from gateway.db.connection import make_db_engine, make_session_factory
 from gateway.db.migrations import upgrade_database
-from gateway.policy.schema import LoadedPolicy
-from gateway.policy.registry import PolicyChange, PolicyRegistry
 from gateway.limits.rate_limit import RateLimiter, make_rate_limiter
+from gateway.policy.registry import PolicyRegistry
+from gateway.policy.runtime import PolicyRuntime, open_policies
 from gateway.settings import Settings
-from guardrails import (
-    InjectionDetector,
-    InputGuardrails,
-    LeakDetector,
-    OutputGuardrails,
-    PiiRedactor,
-    SecretsFilter,
-    TopicMatcher,
-    build_analyzer,
-)
 from retrieval import DocumentStore, Embedder
 from retrieval.models import Document
 
 log = structlog.get_logger(__name__)
-
-
-@dataclass
-class PolicyRuntime:
-    """A policy together with the guardrail objects built from it."""
-
-    loaded: LoadedPolicy
-    input_guardrails: InputGuardrails
-    output: OutputGuardrails
-    untrusted_text: InjectionDetector
 
 
 @dataclass
@@ -76,88 +52,42 @@ def open_database(settings: Settings) -> sessionmaker[Session]:
     return make_session_factory(make_db_engine(settings.resolved_database_url))
 
 
-def build_policy_runtime(loaded: LoadedPolicy, embedder: Embedder) -> PolicyRuntime:
-    """The guardrails one policy asks for (raises when the policy cannot be honoured)."""
-    policy = loaded.policy
-    checks, answers = policy.input, policy.output
-    topics = TopicMatcher(embedder, checks.topics) if checks.topics.enabled else None
-    injection = InjectionDetector(checks.injection, embed=embedder)
-    input_pii = PiiRedactor(build_analyzer(tuple(checks.pii.countries)), checks.pii)
-    output_pii = PiiRedactor(build_analyzer(tuple(answers.pii.countries)), answers.pii)
-    return PolicyRuntime(
-        loaded=loaded,
-        input_guardrails=InputGuardrails(injection, input_pii, topics),
-        output=OutputGuardrails(
-            output_pii,
-            SecretsFilter(answers.secrets),
-            LeakDetector(answers.leaks, policy.model.system_prompt),
-        ),
-        untrusted_text=injection,
-    )
-
-
-def open_policies(
-    settings: Settings, embedder: Embedder, audit: AuditLog
-) -> PolicyRegistry[PolicyRuntime]:
-    """Load every policy of the folder; each change is audited from then on."""
-    registry: PolicyRegistry[PolicyRuntime] = PolicyRegistry(
-        settings.policy_dir,
-        lambda loaded: build_policy_runtime(loaded, embedder),
-        on_change=lambda change: audit.record(policy_change_entry(change)),
-    )
-    registry.reload(actor="startup")
-    return registry
-
-
-def policy_change_entry(change: PolicyChange) -> AuditEntry:
-    return AuditEntry(
-        request_id=f"policy_{uuid.uuid4().hex}",
-        endpoint="policy-watcher",
-        event="policy.reload_failed" if change.error else "policy.reloaded",
-        policy_version=change.new_version or change.old_version,
-        outcome="rejected" if change.error else "ok",
-        status_code=0,
-        details={
-            "actor": change.actor,
-            "path": str(change.path),
-            "policy": change.name,
-            "old_version": change.old_version,
-            "new_version": change.new_version,
-            "error": change.error,
-        },
-    )
-
-
-def engine_config(settings: Settings, device: str) -> EngineConfig:
-    """The engine's settings: the KV budget, its threads, and quantized weights where they
-    pay off: on a CPU, int8 where the native decode step builds (as faithful as fp16 and
-    about 3x faster, docs/benchmarks.md), else fp16 where fbgemm runs it."""
-    weights: WeightFormat
-    if settings.engine_weights != "auto":
-        weights = settings.engine_weights
-    elif device != "cpu":
-        weights = "float"
-    elif load_native_decode() is not None:
-        weights = "int8"  # decode steps in one native call (engine/native_decode.py)
-    else:
-        weights = "fp16" if fbgemm_supported() else "int8"
-    return EngineConfig(
-        kv_cache_mb=settings.kv_cache_mb or kv_cache_mb_from_env(),
-        weights=weights,
+def engine_config(settings: Settings) -> EngineConfig:
+    """The engine's settings as the operator gave them; the engine resolves `auto`
+    weights for its device itself."""
+    config = EngineConfig(
+        weights=settings.engine_weights,
         num_threads=settings.engine_threads,
+        native_decode=settings.native_decode,
+        native_cache_dir=settings.native_cache_dir,
     )
+    if settings.kv_cache_mb is None:
+        return config
+    return replace(config, kv_cache_mb=settings.kv_cache_mb)
 
 
-def load_services(settings: Settings) -> Services:
-    """Load database, models, indexes and policy; ingest the sample corpus on first start."""
-    started = time.perf_counter()
-    sessions = open_database(settings)
+def load_engine(settings: Settings) -> Engine:
+    """The embedded engine on the configured model (default: SmolLM2) and device."""
     source = model_source_from_path(settings.model_path) if settings.model_path else None
     device = settings.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    engine = PagedEngine.load(
-        source or default_model_source(), device=device, config=engine_config(settings, device)
+    return PagedEngine.load(
+        source or default_model_source(), device=device, config=engine_config(settings)
     )
-    embedder = Embedder.load()
+
+
+def load_services(
+    settings: Settings, *, engine: Engine | None = None, embedder: Embedder | None = None
+) -> Services:
+    """Load database, models, indexes and policy; ingest the sample corpus on first start.
+
+    `engine` and `embedder` are loaded from the settings unless given (tests share one
+    engine between servers; the wiring is the same either way).
+    """
+    started = time.perf_counter()
+    sessions = open_database(settings)
+    engine = engine or load_engine(settings)
+    embedder = embedder or Embedder.load()
+    # Requests get their own copy: bf16 where native, on the cores the engine leaves.
     request_embedder = embedder.request_copy()
     store = DocumentStore(sessions, embedder, settings.index_dir, query_embedder=request_embedder)
     if settings.sample_corpus is not None:
@@ -169,8 +99,7 @@ def load_services(settings: Settings) -> Services:
         engine=engine,
         embedder=embedder,
         store=store,
-        # The guardrails get their own copy: bf16 where native, on the cores the engine leaves.
-        policies=open_policies(settings, request_embedder, audit),
+        policies=open_policies(settings.policy_dir, request_embedder, audit),
         audit=audit,
         limiter=make_rate_limiter(settings.redis_url),
     )

@@ -5,14 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 class Settings(BaseSettings):
-    """Every command (`serve`, `ingest`, `keys`, `db`) reads the same settings."""
+    """Every command (`serve`, `ingest`, `keys`, `db`) reads the same settings. Every
+    `BASTION_*` variable is read here and nowhere else (the engine gets an `EngineConfig`)."""
 
     model_config = SettingsConfigDict(env_prefix="BASTION_", extra="ignore")
 
@@ -54,6 +55,22 @@ class Settings(BaseSettings):
         description="Intra-op threads of the engine on CPU; default: every core. Fewer leave "
         "cores to other processes on a shared machine.",
     )
+    native_decode: bool = Field(
+        default=True,
+        description="Decode steps of int8 weights in one native call, built with the C "
+        "compiler on first use; off: PyTorch only.",
+    )
+    native_cache_dir: Path | None = Field(
+        default=None,
+        description="Where the native decode library is built and cached; default: "
+        "$XDG_CACHE_HOME/bastion/native (~/.cache/bastion/native).",
+    )
+    audit_signing_key: SecretStr | None = Field(
+        default=None,
+        description="Signs audit checkpoints; set it on every replica and keep a copy with "
+        "the checkpoints' verifier. Default: a key file made once in the data folder.",
+    )
+    log_json: bool = Field(default=False, description="Log JSON lines instead of key=value.")
     sample_corpus: Path | None = REPO_ROOT / "docs" / "sample-corpus"
     default_tenant: str = "default"
     default_collection: str = "docs"

@@ -5,7 +5,6 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import engine_from_config, pool
 
-from gateway import audit_keys  # noqa: F401  (registers audit_subject_keys)
 from gateway.db.models import GatewayBase
 from retrieval.models import RetrievalBase
 

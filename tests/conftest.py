@@ -12,8 +12,8 @@ import torch
 
 from engine import PagedEngine, TransformersEngine, default_model_source
 from engine.model_source import load_pretrained
-from tests.support.temporary_schema import temporary_schema
 from tests.log_scan import LogScanner
+from tests.support.temporary_schema import temporary_schema
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -9,7 +9,6 @@ record; the sealed text stays, hashed as stored, but nobody can read it any more
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -17,8 +16,8 @@ import structlog
 from sqlalchemy import delete, func, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from gateway.audit.log import AuditEntry
 from gateway.audit.chain import PURGE_EVENT, Checkpoint, append_in, lock_chain, verify_chain
+from gateway.audit.entries import CLI_ENDPOINT, admin_action_entry
 from gateway.audit.subject_keys import ErasedKey, SubjectKeys
 from gateway.db.models import AuditRecord, utc_now
 
@@ -89,14 +88,11 @@ def purge_before(
             _forbid_deletes(session)
         record = append_in(
             session,
-            AuditEntry(
-                request_id=f"purge_{uuid.uuid4().hex}",
-                endpoint="cli",
+            admin_action_entry(
                 event=PURGE_EVENT,
-                outcome="ok",
-                status_code=0,
+                actor=actor,
+                endpoint=CLI_ENDPOINT,
                 details={
-                    "actor": actor,
                     "cutoff": cutoff.isoformat(),
                     "purged_from": first_seq,
                     "purged_through": last_seq,
@@ -149,15 +145,12 @@ def erase_subject(
         records = [
             append_in(
                 session,
-                AuditEntry(
-                    request_id=f"erasure_{uuid.uuid4().hex}",
-                    endpoint="cli",
+                admin_action_entry(
                     event=ERASURE_EVENT,
+                    actor=actor,
+                    endpoint=CLI_ENDPOINT,
                     tenant=name or None,
-                    outcome="ok",
-                    status_code=0,
                     details={
-                        "actor": actor,
                         "subject": subject,
                         "keys_erased": [k.key_id for k in erased if k.tenant == name],
                     },

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from litestar import Response, get
+from litestar import Response, Router, get
 from litestar.params import FromPath
 
 from gateway.http.errors import ApiError
@@ -33,12 +33,12 @@ def _asset(name: str) -> bytes:
     return (STATIC_DIR / name).read_bytes()
 
 
-@get("/audit/ui", include_in_schema=False)
+@get("/", include_in_schema=False)
 async def review_page() -> Response[bytes]:
     return Response(_asset(PAGE), media_type="text/html; charset=utf-8", headers=SECURITY_HEADERS)
 
 
-@get("/audit/ui/{name:str}", include_in_schema=False)
+@get("/{name:str}", include_in_schema=False)
 async def review_asset(name: FromPath[str]) -> Response[bytes]:
     media_type = ASSET_TYPES.get(name)
     if media_type is None:
@@ -46,4 +46,5 @@ async def review_asset(name: FromPath[str]) -> Response[bytes]:
     return Response(_asset(name), media_type=media_type, headers=SECURITY_HEADERS)
 
 
-REVIEW_PAGE_ROUTES = [review_page, review_asset]
+# No key: the page holds no data, and every API call it makes is authorised like any other.
+REVIEW_PAGE_ROUTER = Router(path="/audit/ui", route_handlers=[review_page, review_asset])

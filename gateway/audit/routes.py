@@ -4,63 +4,54 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, TypeAlias
 
-from litestar import Request, get
-from litestar.params import FromPath
+from litestar import Router, get
+from litestar.di import Dependency, Provide
+from litestar.params import FromPath, FromQuery, QueryParameter
 from litestar.response import Stream
+from pydantic import BaseModel
 
 from gateway.audit.chain import verify_chain
 from gateway.audit.query import AuditFilter, export_lines, page, read_record
-from gateway.http.auth import AUDIT_ROLES, identify, services_of
+from gateway.http.auth import AUDIT_ROLES, IdentityDep, ServicesDep, require_roles
 from gateway.http.errors import ApiError
-from gateway.keys.store import KeyIdentity
-from gateway.http.openapi_docs import documented, errors
+from gateway.http.openapi_docs import BEARER_SECURITY, errors
 
 MAX_PAGE = 500
-_TEXT_FILTERS = ("tenant", "key_id", "end_user", "outcome", "event", "policy_version", "check")
-FILTER_QUERY: dict[str, dict[str, Any]] = {
-    "since": {"type": "string", "format": "date-time"},
-    "until": {"type": "string", "format": "date-time"},
-    **{name: {"type": "string"} for name in (*_TEXT_FILTERS, "verdict")},
-}
-PAGE_QUERY = FILTER_QUERY | {
-    "cursor": {"type": "integer", "minimum": 0, "maximum": 2**62},
-    "limit": {"type": "integer", "minimum": 0, "maximum": MAX_PAGE},
-}
-EXPORT_QUERY = FILTER_QUERY | {"format": {"type": "string", "enum": ["jsonl", "csv"]}}
+MAX_CURSOR = 2**62
 
 
-def _datetime_param(request: Request[Any, Any, Any], name: str) -> datetime | None:
-    value = request.query_params.get(name)
-    if value is None:
-        return None
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError as exc:
-        raise ApiError(
-            400,
-            f"'{name}' must be an ISO 8601 time, not {value!r}.",
-            param=name,
-            code="invalid_value",
-        ) from exc
+class AuditPage(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[dict[str, Any]]
+    next_cursor: int | None
 
 
-def _int_param(request: Request[Any, Any, Any], name: str, default: int, high: int) -> int:
-    value = request.query_params.get(name)
-    if value is None:
-        return default
-    if not value.isdigit() or not 0 <= int(value) <= high:
-        raise ApiError(
-            400, f"'{name}' must be an integer from 0 to {high}.", param=name, code="invalid_value"
-        )
-    return int(value)
+class ChainVerification(BaseModel):
+    ok: bool
+    records: int
+    first_seq: int
+    head_seq: int
+    head_hash: str
+    problems: list[str]
 
 
-def _filter(request: Request[Any, Any, Any], identity: KeyIdentity) -> AuditFilter:
-    params = request.query_params
-    requested = params.get("tenant")
-    if requested is not None and requested != identity.tenant:
+def _audit_filter(
+    identity: IdentityDep,
+    since: FromQuery[datetime | None] = None,
+    until: FromQuery[datetime | None] = None,
+    tenant: FromQuery[str | None] = None,
+    key_id: FromQuery[str | None] = None,
+    end_user: FromQuery[str | None] = None,
+    outcome: FromQuery[str | None] = None,
+    event: FromQuery[str | None] = None,
+    policy_version: FromQuery[str | None] = None,
+    check: FromQuery[str | None] = None,
+    verdict: FromQuery[str | None] = None,
+) -> AuditFilter:
+    """The filter the query string asks for, within the auditor's own tenant."""
+    if tenant is not None and tenant != identity.tenant:
         raise ApiError(
             403,
             "Auditors read their own tenant's records only.",
@@ -69,37 +60,39 @@ def _filter(request: Request[Any, Any, Any], identity: KeyIdentity) -> AuditFilt
             param="tenant",
         )
     return AuditFilter(
-        since=_datetime_param(request, "since"),
-        until=_datetime_param(request, "until"),
+        since=since,
+        until=until,
         tenant=identity.tenant,
-        key_id=params.get("key_id"),
-        end_user=params.get("end_user"),
-        outcome=params.get("outcome"),
-        event=params.get("event"),
-        policy_version=params.get("policy_version"),
-        check=params.get("check"),
-        verdict=params.get("verdict"),
+        key_id=key_id,
+        end_user=end_user,
+        outcome=outcome,
+        event=event,
+        policy_version=policy_version,
+        check=check,
+        verdict=verdict,
     )
 
 
-@get("/audit/records", operation_class=documented(query=PAGE_QUERY), responses=errors(400))
-async def list_audit_records(request: Request[Any, Any, Any]) -> dict[str, Any]:
-    services = services_of(request)
-    identity = await identify(request, services, AUDIT_ROLES)
-    audit_filter = _filter(request, identity)
-    cursor = _int_param(request, "cursor", 0, 2**62)
-    limit = _int_param(request, "limit", 100, MAX_PAGE) or 100
+FilterParam: TypeAlias = Annotated[AuditFilter, Dependency(kind="named")]
+
+
+@get("/records", responses=errors(400))
+async def list_audit_records(
+    services: ServicesDep,
+    audit_filter: FilterParam,
+    cursor: Annotated[int, QueryParameter(ge=0, le=MAX_CURSOR)] = 0,
+    limit: Annotated[int, QueryParameter(ge=0, le=MAX_PAGE)] = 100,
+) -> AuditPage:
     items, next_cursor = await asyncio.to_thread(
-        page, services.sessions, audit_filter, cursor, limit
+        page, services.sessions, audit_filter, cursor, limit or 100
     )
-    return {"object": "list", "data": items, "next_cursor": next_cursor}
+    return AuditPage(data=items, next_cursor=next_cursor)
 
 
-@get("/audit/records/{seq:int}", operation_class=documented(), responses=errors(400, 404))
-async def get_audit_record(request: Request[Any, Any, Any], seq: FromPath[int]) -> dict[str, Any]:
-    services = services_of(request)
-    identity = await identify(request, services, AUDIT_ROLES)
-
+@get("/records/{seq:int}", responses=errors(400, 404))
+async def get_audit_record(
+    seq: FromPath[int], services: ServicesDep, identity: IdentityDep
+) -> dict[str, Any]:
     found = await asyncio.to_thread(read_record, services.sessions, seq, identity.tenant)
     if found is None:
         raise ApiError(
@@ -112,38 +105,39 @@ async def get_audit_record(request: Request[Any, Any, Any], seq: FromPath[int]) 
     return found
 
 
-@get("/audit/export", operation_class=documented(query=EXPORT_QUERY), responses=errors(400))
-async def export_audit_records(request: Request[Any, Any, Any]) -> Stream:
-    services = services_of(request)
-    identity = await identify(request, services, AUDIT_ROLES)
-    fmt = request.query_params.get("format", "jsonl")
-    if fmt not in ("jsonl", "csv"):
-        raise ApiError(
-            400, "'format' must be 'jsonl' or 'csv'.", param="format", code="invalid_value"
-        )
-    chosen: Literal["jsonl", "csv"] = "csv" if fmt == "csv" else "jsonl"
-    lines = export_lines(services.sessions, _filter(request, identity), chosen)
-    media = "text/csv" if chosen == "csv" else "application/x-ndjson"
+@get("/export", responses=errors(400))
+async def export_audit_records(
+    services: ServicesDep,
+    audit_filter: FilterParam,
+    format: FromQuery[Literal["jsonl", "csv"]] = "jsonl",
+) -> Stream:
+    lines = export_lines(services.sessions, audit_filter, format)
+    media = "text/csv" if format == "csv" else "application/x-ndjson"
     return Stream(
         (line.encode() for line in lines),
         media_type=media,
-        headers={"content-disposition": f'attachment; filename="audit.{chosen}"'},
+        headers={"content-disposition": f'attachment; filename="audit.{format}"'},
     )
 
 
-@get("/audit/verify", operation_class=documented(), responses=errors())
-async def verify_audit_chain(request: Request[Any, Any, Any]) -> dict[str, Any]:
-    services = services_of(request)
-    await identify(request, services, AUDIT_ROLES)
+@get("/verify", responses=errors())
+async def verify_audit_chain(services: ServicesDep) -> ChainVerification:
     report = await asyncio.to_thread(verify_chain, services.sessions)
-    return {
-        "ok": report.ok,
-        "records": report.records,
-        "first_seq": report.first_seq,
-        "head_seq": report.head_seq,
-        "head_hash": report.head_hash,
-        "problems": report.problems,
-    }
+    return ChainVerification(
+        ok=report.ok,
+        records=report.records,
+        first_seq=report.first_seq,
+        head_seq=report.head_seq,
+        head_hash=report.head_hash,
+        problems=report.problems,
+    )
 
 
-AUDIT_ROUTES = [list_audit_records, get_audit_record, export_audit_records, verify_audit_chain]
+AUDIT_ROUTER = Router(
+    path="/audit",
+    route_handlers=[list_audit_records, get_audit_record, export_audit_records, verify_audit_chain],
+    guards=[require_roles(AUDIT_ROLES)],
+    dependencies={"audit_filter": Provide(_audit_filter, sync_to_thread=False)},
+    security=BEARER_SECURITY,
+    tags=["audit"],
+)

@@ -1,5 +1,5 @@
-"""The key that signs audit checkpoints: `BASTION_AUDIT_SIGNING_KEY`, else a key file that
-is generated once in the data folder, readable by its owner only."""
+"""The key that signs audit checkpoints: `BASTION_AUDIT_SIGNING_KEY` (`Settings`), else a
+key file that is generated once in the data folder, readable by its owner only."""
 
 from __future__ import annotations
 
@@ -9,30 +9,18 @@ from pathlib import Path
 
 import structlog
 from pydantic import SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 log = structlog.get_logger(__name__)
 
 KEY_FILE_NAME = "audit-signing.key"
 
 
-class AuditSigningSettings(BaseSettings):
-    """`BASTION_AUDIT_SIGNING_KEY`: any string; set it on every replica and keep a copy
-    with the checkpoints' verifier."""
-
-    model_config = SettingsConfigDict(env_prefix="BASTION_AUDIT_", extra="ignore")
-
-    signing_key: SecretStr | None = None
-
-
 class SigningKeyError(RuntimeError):
     """The signing key file exists but cannot be used."""
 
 
-def load_signing_key(data_dir: Path, configured: SecretStr | None = None) -> bytes:
+def load_signing_key(data_dir: Path, configured: SecretStr | None) -> bytes:
     """The configured key, or the data folder's key file (created with mode 0600)."""
-    if configured is None:
-        configured = AuditSigningSettings().signing_key
     if configured is not None and configured.get_secret_value():
         return configured.get_secret_value().encode()
     path = data_dir / KEY_FILE_NAME

@@ -3,7 +3,8 @@
 Prompt and answer text is encrypted (AES-256-GCM) with a key of its own per data subject:
 the end user the client named, else the API key. The chain hashes the ciphertext, so
 erasing a subject's key makes their text unreadable while every record still verifies.
-Keys live in `audit_subject_keys`, which, unlike `audit_records`, may be updated.
+Keys live in `audit_subject_keys` (`gateway.db.models.AuditSubjectKey`), which, unlike
+`audit_records`, may be updated.
 """
 
 from __future__ import annotations
@@ -12,46 +13,19 @@ import base64
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from sqlalchemy import DateTime, Index, Integer, LargeBinary, String, select, text, update
+from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Mapped, Session, mapped_column, sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 
-from gateway.db.models import GatewayBase, utc_now
+from gateway.db.models import AuditSubjectKey, utc_now
 
 ENVELOPE = "bastion-enc:v1:"
 ERASED = "[erased]"
 UNREADABLE = "[unreadable]"
 _NONCE_BYTES = 12
-
-
-class AuditSubjectKey(GatewayBase):
-    """One data subject's key; `key` is NULL once the subject was erased."""
-
-    __tablename__ = "audit_subject_keys"
-    __table_args__ = (
-        Index("ix_audit_subject_keys_subject", "tenant", "subject"),
-        # At most one live key per subject; erased rows stay as a record of the erasure.
-        Index(
-            "uq_audit_subject_keys_live",
-            "tenant",
-            "subject",
-            unique=True,
-            sqlite_where=text("erased_at IS NULL"),
-            postgresql_where=text("erased_at IS NULL"),
-        ),
-        {"sqlite_autoincrement": True},  # a key id is never reused for another subject
-    )
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    tenant: Mapped[str] = mapped_column(String(128))
-    subject: Mapped[str] = mapped_column(String(256))
-    key: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
-    erased_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class AuditKeyError(RuntimeError):

@@ -132,3 +132,21 @@ class ChatCompletionRequest(BaseModel):
     @property
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int = 0
+    owned_by: str = "bastion"
+
+
+class ModelList(BaseModel):
+    """`GET /v1/models`, in OpenAI's shape."""
+
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+    @classmethod
+    def of(cls, model_ids: list[str]) -> ModelList:
+        return cls(data=[ModelCard(id=model_id) for model_id in model_ids])

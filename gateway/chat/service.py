@@ -23,8 +23,8 @@ from engine import (
     TokenDelta,
 )
 from gateway.audit.log import AuditEntry
-from gateway.http.errors import ApiError, guardrail_block
 from gateway.chat.schemas import ChatCompletionRequest, Message
+from gateway.http.errors import ApiError, guardrail_block
 from gateway.services import PolicyRuntime, Services
 from guardrails import (
     StreamingRedactor,

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import getpass
-import uuid
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from gateway.audit.log import AuditEntry, AuditLog
+from gateway.audit.entries import CLI_ENDPOINT, admin_action_entry, cli_actor
+from gateway.audit.log import AuditLog
 
 
 def add_data_dir(parser: argparse.ArgumentParser) -> None:
@@ -22,13 +21,11 @@ def record_admin_action(
 ) -> None:
     """An admin action taken from the CLI is audited like one taken through the API."""
     AuditLog(sessions).record(
-        AuditEntry(
-            request_id=f"cli_{uuid.uuid4().hex}",
-            endpoint="cli",
+        admin_action_entry(
             event=event,
+            actor=cli_actor(),
+            endpoint=CLI_ENDPOINT,
             tenant=tenant,
-            outcome="ok",
-            status_code=0,
-            details={"actor": f"cli:{getpass.getuser()}", **details},
+            details=details,
         )
     )

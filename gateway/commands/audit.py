@@ -4,7 +4,6 @@ and for the retention and erasure duties of its operators."""
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import sys
 from datetime import datetime, timedelta
@@ -13,6 +12,7 @@ from pathlib import Path
 from sqlalchemy.orm import Session, sessionmaker
 
 from gateway.audit.chain import PURGE_EVENT, Checkpoint, make_checkpoint, verify_chain
+from gateway.audit.entries import cli_actor
 from gateway.audit.query import AuditFilter, export_lines, read_records
 from gateway.audit.retention import AuditRetentionError, erase_subject, purge_before
 from gateway.audit.signing import load_signing_key
@@ -112,13 +112,9 @@ def _sessions(settings: Settings) -> sessionmaker[Session]:
     return open_database(settings)
 
 
-def _actor() -> str:
-    return f"cli:{getpass.getuser()}"
-
-
 def run_verify(settings: Settings, args: argparse.Namespace) -> int:
     checkpoint = Checkpoint.from_json(args.checkpoint.read_text()) if args.checkpoint else None
-    key = load_signing_key(settings.data_dir) if checkpoint and checkpoint.signature else None
+    key = _signing_key(settings) if checkpoint and checkpoint.signature else None
     report = verify_chain(_sessions(settings), checkpoint, checkpoint_key=key)
     for problem in report.problems:
         print(f"TAMPERED: {problem}")
@@ -129,7 +125,7 @@ def run_verify(settings: Settings, args: argparse.Namespace) -> int:
 
 def run_checkpoint(settings: Settings, _: argparse.Namespace) -> int:
     sessions = _sessions(settings)
-    print(make_checkpoint(sessions, load_signing_key(settings.data_dir)).to_json())
+    print(make_checkpoint(sessions, _signing_key(settings)).to_json())
     return 0
 
 
@@ -151,7 +147,12 @@ def run_purge(settings: Settings, args: argparse.Namespace) -> int:
     days = args.older_than if args.older_than is not None else _policy_retention_days(settings)
     cutoff = utc_now() - timedelta(days=days)
     try:
-        result = purge_before(sessions, cutoff, load_signing_key(settings.data_dir), _actor())
+        result = purge_before(
+            sessions,
+            cutoff,
+            _signing_key(settings),
+            cli_actor(),
+        )
     except AuditRetentionError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -168,7 +169,7 @@ def run_purge(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def run_erase(settings: Settings, args: argparse.Namespace) -> int:
-    result = erase_subject(_sessions(settings), args.subject, args.tenant, _actor())
+    result = erase_subject(_sessions(settings), args.subject, args.tenant, cli_actor())
     where = f"tenant {args.tenant}" if args.tenant else "every tenant"
     seqs = ", ".join(str(r.seq) for r in result.records)
     print(
@@ -176,3 +177,7 @@ def run_erase(settings: Settings, args: argparse.Namespace) -> int:
         f"recorded as {seqs}"
     )
     return 0
+
+
+def _signing_key(settings: Settings) -> bytes:
+    return load_signing_key(settings.data_dir, settings.audit_signing_key)

@@ -7,8 +7,8 @@ import sys
 from datetime import timedelta
 
 from gateway.commands._common import add_data_dir, record_admin_action
-from gateway.keys.store import ROLES, create_key, list_keys, revoke_key, rotate_key
 from gateway.db.models import utc_now
+from gateway.keys.store import ROLES, create_key, list_keys, revoke_key, rotate_key
 from gateway.settings import Settings
 
 

@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from gateway.policy.schema import PolicyError, load_policy, policy_json_schema
 from gateway.policy.cases import guardrail_check_for, load_cases, run_cases
+from gateway.policy.schema import PolicyError, load_policy, policy_json_schema
 from gateway.settings import Settings
 
 

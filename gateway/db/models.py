@@ -1,11 +1,13 @@
-"""The gateway's tables: API keys and the audit log."""
+"""Every table of the gateway: API keys, the audit log and the audit subjects' keys.
+
+Retrieval's tables live with it (`retrieval/models.py`); Alembic reads both."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Float, Integer, String, Text
+from sqlalchemy import JSON, DateTime, Float, Index, Integer, LargeBinary, String, Text, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -69,3 +71,29 @@ class AuditRecord(GatewayBase):
     prompt_text: Mapped[str | None] = mapped_column(Text, nullable=True)
     answer_text: Mapped[str | None] = mapped_column(Text, nullable=True)
     details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class AuditSubjectKey(GatewayBase):
+    """One data subject's key; `key` is NULL once the subject was erased."""
+
+    __tablename__ = "audit_subject_keys"
+    __table_args__ = (
+        Index("ix_audit_subject_keys_subject", "tenant", "subject"),
+        # At most one live key per subject; erased rows stay as a record of the erasure.
+        Index(
+            "uq_audit_subject_keys_live",
+            "tenant",
+            "subject",
+            unique=True,
+            sqlite_where=text("erased_at IS NULL"),
+            postgresql_where=text("erased_at IS NULL"),
+        ),
+        {"sqlite_autoincrement": True},  # a key id is never reused for another subject
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tenant: Mapped[str] = mapped_column(String(128))
+    subject: Mapped[str] = mapped_column(String(256))
+    key: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    erased_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

@@ -4,32 +4,25 @@ and delete documents (`admin`); always within the caller's tenant."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import asdict
-from datetime import datetime
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from litestar import Request, delete, get, post
+from litestar import Request, Router, delete, get, post
+from litestar.connection import ASGIConnection
 from litestar.datastructures import UploadFile
-from litestar.params import FromPath
+from litestar.handlers import BaseRouteHandler
+from litestar.params import FromPath, FromQuery, JSONBody, MultipartBody
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.keys.routes import audit_admin_request
-from gateway.http.auth import ADMIN_ROLES, CHAT_ROLES, identify, services_of
-from gateway.http.body import read_json
+from gateway.audit.admin_request import audit_admin_request
+from gateway.http.auth import ADMIN_ROLES, CHAT_ROLES, IdentityDep, ServicesDep, require_roles
+from gateway.http.body import require_json
 from gateway.http.errors import ApiError
-from gateway.http.openapi_docs import documented, errors
-from gateway.chat.routes import policy_for
-from retrieval import UnsupportedDocumentError
+from gateway.http.openapi_docs import BEARER_SECURITY, errors
+from gateway.policy.runtime import policy_for
+from retrieval import DocumentInfo, RetrievedChunk, UnsupportedDocumentError
 
 MAX_UPLOAD_BYTES = 20 * 1024 * 1024
-UPLOAD_FORM = {
-    "type": "object",
-    "properties": {
-        "file": {"type": "string", "format": "binary"},
-        "collection": {"type": "string"},
-    },
-    "required": ["file"],
-}
 
 
 class SearchRequest(BaseModel):
@@ -43,15 +36,64 @@ class SearchRequest(BaseModel):
     rerank: bool = True
 
 
-def _json(value: Any) -> Any:
-    return value.isoformat() if isinstance(value, datetime) else value
+class SearchHit(BaseModel):
+    document_id: str
+    chunk_id: int
+    title: str
+    source: str
+    collection: str
+    section: str | None
+    page: int | None
+    char_start: int | None
+    char_end: int | None
+    score: float
+    text: str
+
+    @classmethod
+    def of(cls, chunk: RetrievedChunk) -> SearchHit:
+        return cls(
+            document_id=chunk.document_id,
+            chunk_id=chunk.chunk_id,
+            title=chunk.title,
+            source=chunk.source,
+            collection=chunk.collection,
+            section=chunk.section,
+            page=chunk.page,
+            char_start=chunk.char_start,
+            char_end=chunk.char_end,
+            score=round(chunk.score, 4),
+            text=chunk.text,
+        )
 
 
-def _document_json(info: Any) -> dict[str, Any]:
-    return {key: _json(value) for key, value in asdict(info).items()}
+class SearchResults(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[SearchHit]
 
 
-def _not_found(document_id: str) -> ApiError:
+@dataclass
+class UploadForm:
+    file: UploadFile
+    collection: str = "docs"
+
+
+class UploadResult(BaseModel):
+    id: str
+    chunks: int
+    status: str
+
+
+class DocumentList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[DocumentInfo]
+
+
+class DeletedDocument(BaseModel):
+    id: str
+    deleted: bool = True
+
+
+def _not_found(document_id: FromPath[str]) -> ApiError:
     return ApiError(
         404,
         f"No document '{document_id}' in your tenant.",
@@ -61,145 +103,137 @@ def _not_found(document_id: str) -> ApiError:
     )
 
 
-@post(
-    "/documents/search",
-    status_code=200,
-    operation_class=documented(SearchRequest),
-    responses=errors(400, 413, 415),
-)
-async def search_documents(request: Request[Any, Any, Any]) -> dict[str, Any]:
-    services = services_of(request)
-    identity = await identify(request, services, CHAT_ROLES)
-    body = await read_json(request, SearchRequest)
-    settings = policy_for(services, identity).loaded.policy.retrieval
-    collections = body.collections or settings.collections
-    min_score = settings.min_score if body.min_score is None else body.min_score
-    try:
-        chunks = await asyncio.to_thread(
-            services.store.search,
-            identity.tenant,
-            collections,
-            body.query,
-            body.top_k,
-            min_score,
-            mode=body.mode,
-            rerank=body.rerank,
-        )
-    except ValueError as exc:
-        raise ApiError(400, str(exc), param="collections", code="invalid_value") from exc
-    return {
-        "object": "list",
-        "data": [
-            {
-                "document_id": c.document_id,
-                "chunk_id": c.chunk_id,
-                "title": c.title,
-                "source": c.source,
-                "collection": c.collection,
-                "section": c.section,
-                "page": c.page,
-                "char_start": c.char_start,
-                "char_end": c.char_end,
-                "score": round(c.score, 4),
-                "text": c.text,
-            }
-            for c in chunks
-        ],
-    }
-
-
-@post(
-    "/documents",
-    status_code=201,
-    operation_class=documented(form=UPLOAD_FORM),
-    responses=errors(400, 413, 415),
-)
-async def upload_document(request: Request[Any, Any, Any]) -> dict[str, Any]:
-    services = services_of(request)
-    admin = await identify(request, services, ADMIN_ROLES)
-    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+async def _require_multipart(
+    connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler
+) -> None:
+    if not connection.headers.get("content-type", "").startswith("multipart/form-data"):
         raise ApiError(
             415,
             "Upload a document as multipart/form-data with a 'file' field.",
             code="unsupported_media_type",
         )
-    form = await request.form()
-    upload = form.get("file")
-    collection = form.get("collection") or "docs"
-    if not isinstance(upload, UploadFile):
-        raise ApiError(400, "The form needs a 'file' field.", param="file", code="missing")
-    data = await upload.read()
-    if len(data) > MAX_UPLOAD_BYTES:
+
+
+@post(
+    "/search",
+    status_code=200,
+    guards=[require_roles(CHAT_ROLES), require_json],
+    responses=errors(400, 413, 415),
+)
+async def search_documents(
+    data: JSONBody[SearchRequest], services: ServicesDep, identity: IdentityDep
+) -> SearchResults:
+    settings = policy_for(services.policies, identity).loaded.policy.retrieval
+    collections = data.collections or settings.collections
+    min_score = settings.min_score if data.min_score is None else data.min_score
+    try:
+        chunks = await asyncio.to_thread(
+            services.store.search,
+            identity.tenant,
+            collections,
+            data.query,
+            data.top_k,
+            min_score,
+            mode=data.mode,
+            rerank=data.rerank,
+        )
+    except ValueError as exc:
+        raise ApiError(400, str(exc), param="collections", code="invalid_value") from exc
+    return SearchResults(data=[SearchHit.of(c) for c in chunks])
+
+
+@post(
+    "/",
+    status_code=201,
+    guards=[require_roles(ADMIN_ROLES), _require_multipart],
+    responses=errors(400, 413, 415),
+)
+async def upload_document(
+    request: Request[Any, Any, Any],
+    data: MultipartBody[UploadForm],
+    services: ServicesDep,
+    identity: IdentityDep,
+) -> UploadResult:
+    content = await data.file.read()
+    if len(content) > MAX_UPLOAD_BYTES:
         raise ApiError(
             413,
             f"Documents may be at most {MAX_UPLOAD_BYTES} bytes.",
             param="file",
             code="file_too_large",
         )
+    collection = data.collection or "docs"
     try:
         result = await asyncio.to_thread(
-            services.store.ingest_bytes, admin.tenant, str(collection), upload.filename, data
+            services.store.ingest_bytes, identity.tenant, collection, data.file.filename, content
         )
     except (UnsupportedDocumentError, ValueError) as exc:
         raise ApiError(400, str(exc), param="file", code="unsupported_document") from exc
     await audit_admin_request(
-        services,
         request,
-        admin,
+        services,
+        identity,
         "admin.document_ingested",
         document=result.document_id,
-        collection=str(collection),
+        collection=collection,
         status=result.status,
     )
-    return {"id": result.document_id, "chunks": result.chunks, "status": result.status}
+    return UploadResult(id=result.document_id, chunks=result.chunks, status=result.status)
 
 
-@get(
-    "/documents",
-    operation_class=documented(query={"collection": {"type": "string"}}),
-    responses=errors(400),
-)
-async def list_documents(request: Request[Any, Any, Any]) -> dict[str, Any]:
-    services = services_of(request)
-    admin = await identify(request, services, ADMIN_ROLES)
-    collection = request.query_params.get("collection")
+@get("/", guards=[require_roles(ADMIN_ROLES)], responses=errors(400))
+async def list_documents(
+    services: ServicesDep, identity: IdentityDep, collection: FromQuery[str | None] = None
+) -> DocumentList:
     try:
-        documents = await asyncio.to_thread(services.store.list_documents, admin.tenant, collection)
+        documents = await asyncio.to_thread(
+            services.store.list_documents, identity.tenant, collection
+        )
     except ValueError as exc:
         raise ApiError(400, str(exc), param="collection", code="invalid_value") from exc
-    return {"object": "list", "data": [_document_json(d) for d in documents]}
+    return DocumentList(data=documents)
 
 
-@get("/documents/{document_id:str}", operation_class=documented(), responses=errors(400, 404))
+@get("/{document_id:str}", guards=[require_roles(ADMIN_ROLES)], responses=errors(400, 404))
 async def get_document(
-    request: Request[Any, Any, Any], document_id: FromPath[str]
-) -> dict[str, Any]:
-    services = services_of(request)
-    admin = await identify(request, services, ADMIN_ROLES)
-    found = await asyncio.to_thread(services.store.get_document, admin.tenant, document_id)
+    document_id: FromPath[str], services: ServicesDep, identity: IdentityDep
+) -> DocumentInfo:
+    found = await asyncio.to_thread(services.store.get_document, identity.tenant, document_id)
     if found is None:
         raise _not_found(document_id)
-    return _document_json(found)
+    return found
 
 
 @delete(
-    "/documents/{document_id:str}",
+    "/{document_id:str}",
     status_code=200,
-    operation_class=documented(),
+    guards=[require_roles(ADMIN_ROLES)],
     responses=errors(400, 404),
 )
 async def delete_document(
-    request: Request[Any, Any, Any], document_id: FromPath[str]
-) -> dict[str, Any]:
-    services = services_of(request)
-    admin = await identify(request, services, ADMIN_ROLES)
-    deleted = await asyncio.to_thread(services.store.delete_document, admin.tenant, document_id)
+    request: Request[Any, Any, Any],
+    document_id: FromPath[str],
+    services: ServicesDep,
+    identity: IdentityDep,
+) -> DeletedDocument:
+    deleted = await asyncio.to_thread(services.store.delete_document, identity.tenant, document_id)
     if not deleted:
         raise _not_found(document_id)
     await audit_admin_request(
-        services, request, admin, "admin.document_deleted", document=document_id
+        request, services, identity, "admin.document_deleted", document=document_id
     )
-    return {"id": document_id, "deleted": True}
+    return DeletedDocument(id=document_id)
 
 
-DOCUMENT_ROUTES = [search_documents, upload_document, list_documents, get_document, delete_document]
+DOCUMENT_ROUTER = Router(
+    path="/documents",
+    route_handlers=[
+        search_documents,
+        upload_document,
+        list_documents,
+        get_document,
+        delete_document,
+    ],
+    security=BEARER_SECURITY,
+    tags=["documents"],
+)

@@ -1,22 +1,37 @@
-"""Who is calling and whether their role may use the endpoint."""
+"""Who is calling and whether their role may use the route: one guard and two dependencies
+that every route shares.
+
+Authentication is a guard because Litestar runs guards before it reads the body, so a
+caller without a valid key gets 401, never a 400 about a body it may not send.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Annotated, Any, TypeAlias
 
 from litestar import Request
+from litestar.connection import ASGIConnection
+from litestar.di import Dependency, Provide
+from litestar.handlers import BaseRouteHandler
+from litestar.types import Guard
 
 from gateway.audit.log import AuditEntry
 from gateway.http.errors import ApiError, unauthorized
-from gateway.keys.store import KeyIdentity, authenticate
 from gateway.http.request_context import bearer_token, request_id_of
+from gateway.keys.store import KeyIdentity, authenticate
 from gateway.services import Services
 
+_IDENTITY_KEY = "bastion_identity"
 
-def services_of(request: Request[Any, Any, Any]) -> Services:
+CHAT_ROLES = frozenset({"user", "admin"})
+AUDIT_ROLES = frozenset({"auditor"})
+ADMIN_ROLES = frozenset({"admin"})
+
+
+def services_of(connection: ASGIConnection[Any, Any, Any, Any]) -> Services:
     """The loaded services, or a 503 while they are still loading."""
-    services: Services | None = request.app.state.get("services")
+    services: Services | None = connection.app.state.get("services")
     if services is None:
         raise ApiError(
             503,
@@ -28,50 +43,87 @@ def services_of(request: Request[Any, Any, Any]) -> Services:
     return services
 
 
-async def identify(
-    request: Request[Any, Any, Any],
-    services: Services,
-    roles: frozenset[str],
-    audit_denials: bool = True,
-) -> KeyIdentity:
-    """The caller's identity; 401 without a valid key, 403 when the role may not call.
+def require_roles(roles: frozenset[str], *, audit_denials: bool = True) -> Guard:
+    """A guard that lets keys of `roles` through; 401 without a valid key, 403 for a
+    role that may not call. Each denial is audited (`auth.denied`) unless the route audits
+    every request itself (`audit_denials=False`)."""
 
-    Each denial is audited (`auth.denied`) unless the caller audits the request itself.
-    """
-    token = bearer_token(request.headers)
-    identity = None
+    async def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+        services = services_of(connection)
+        identity, error = await _authenticate(connection, services, roles)
+        if error is None:
+            connection.state[_IDENTITY_KEY] = identity
+            return
+        if audit_denials:
+            await _audit_denial(connection, services, identity, error)
+        raise error
+
+    return guard
+
+
+async def _authenticate(
+    connection: ASGIConnection[Any, Any, Any, Any], services: Services, roles: frozenset[str]
+) -> tuple[KeyIdentity | None, ApiError | None]:
+    token = bearer_token(connection.headers)
     if token is None:
-        error = unauthorized(
+        return None, unauthorized(
             "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'."
         )
-    else:
-        identity = await asyncio.to_thread(authenticate, services.sessions, token)
-        error = unauthorized(f"Incorrect API key provided: {token[:6]}****.")
-    if identity is not None and identity.role in roles:
-        return identity
-    if identity is not None:
-        error = ApiError(
+    identity = await asyncio.to_thread(authenticate, services.sessions, token)
+    if identity is None:
+        return None, unauthorized(f"Incorrect API key provided: {token[:6]}****.")
+    if identity.role not in roles:
+        return identity, ApiError(
             403,
             f"A key with role '{identity.role}' may not call this endpoint "
             f"(allowed: {', '.join(sorted(roles))}).",
             type="permission_error",
             code="insufficient_role",
         )
-    if audit_denials:
-        entry = AuditEntry(
-            request_id=request_id_of(request.scope),
-            endpoint=f"{request.method} {request.url.path}",
-            event="auth.denied",
-            tenant=identity.tenant if identity else None,
-            key_id=identity.key_id if identity else None,
-            outcome="denied",
-            status_code=error.status,
-            error_code=error.code,
-        )
-        await asyncio.to_thread(services.audit.record, entry)
-    raise error
+    return identity, None
 
 
-CHAT_ROLES = frozenset({"user", "admin"})
-AUDIT_ROLES = frozenset({"auditor"})
-ADMIN_ROLES = frozenset({"admin"})
+async def _audit_denial(
+    connection: ASGIConnection[Any, Any, Any, Any],
+    services: Services,
+    identity: KeyIdentity | None,
+    error: ApiError,
+) -> None:
+    method = connection.scope.get("method", "")
+    entry = AuditEntry(
+        request_id=request_id_of(connection.scope),
+        endpoint=f"{method} {connection.url.path}",
+        event="auth.denied",
+        tenant=identity.tenant if identity else None,
+        key_id=identity.key_id if identity else None,
+        outcome="denied",
+        status_code=error.status,
+        error_code=error.code,
+    )
+    await asyncio.to_thread(services.audit.record, entry)
+
+
+def _provide_services(request: Request[Any, Any, Any]) -> Services:
+    return services_of(request)
+
+
+def identity_of(connection: ASGIConnection[Any, Any, Any, Any]) -> KeyIdentity:
+    """The identity the role guard established for this request."""
+    identity: KeyIdentity | None = connection.state.get(_IDENTITY_KEY)
+    if identity is None:
+        raise RuntimeError(f"{connection.url.path} needs an identity but has no role guard")
+    return identity
+
+
+def _provide_identity(request: Request[Any, Any, Any]) -> KeyIdentity:
+    return identity_of(request)
+
+
+# What handlers take: `services: ServicesDep, identity: IdentityDep`.
+ServicesDep: TypeAlias = Annotated[Services, Dependency(kind="named")]
+IdentityDep: TypeAlias = Annotated[KeyIdentity, Dependency(kind="named")]
+
+DEPENDENCIES = {
+    "services": Provide(_provide_services, sync_to_thread=False),
+    "identity": Provide(_provide_identity, sync_to_thread=False),
+}

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import Request, Response
-from litestar.exceptions import HTTPException
 from pydantic import ValidationError
 
 
@@ -79,49 +77,3 @@ def from_validation_error(exc: ValidationError) -> ApiError:
     elif param:
         message = f"Invalid value for '{param}': {message}"
     return ApiError(400, message, param=param, code="invalid_value")
-
-
-def api_error_handler(_: Request[Any, Any, Any], exc: ApiError) -> Response[Any]:
-    return Response(exc.body(), status_code=exc.status, headers=exc.headers)
-
-
-_STATUS_TYPES = {
-    401: "invalid_request_error",
-    403: "permission_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    429: "rate_limit_error",
-}
-
-
-def http_exception_handler(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
-    status = exc.status_code
-    error = ApiError(
-        status,
-        str(exc.detail),
-        type=_STATUS_TYPES.get(status, "invalid_request_error" if status < 500 else "server_error"),
-        code=None,
-        headers=dict(exc.headers or {}),
-    )
-    return api_error_handler(_, error)
-
-
-def database_error_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
-    """Fail closed with 503 while the database is down (or SQLite is locked too long):
-    the request could not be audited, so it is not served."""
-    import structlog
-
-    structlog.get_logger(__name__).error(
-        "gateway.database_unavailable", path=request.url.path, error=str(exc)
-    )
-    return api_error_handler(request, database_unavailable())
-
-
-def internal_error_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
-    import structlog
-
-    structlog.get_logger(__name__).exception("gateway.unhandled_error", path=request.url.path)
-    error = ApiError(
-        500, "The server had an error while processing your request.", type="server_error"
-    )
-    return api_error_handler(request, error)

@@ -8,7 +8,7 @@ from typing import Any
 
 import structlog
 from litestar.datastructures import MutableScopeHeaders
-from litestar.types import Message, Scope
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 _STATE_KEY = "bastion_request_id"
@@ -47,9 +47,14 @@ def bearer_token(headers: Any) -> str | None:
     return str(token.strip())
 
 
-async def bind_log_context(request: Any) -> None:
-    """`before_request` hook: every log line of a request carries its request id."""
-    structlog.contextvars.clear_contextvars()
-    structlog.contextvars.bind_contextvars(
-        request_id=request_id_of(request.scope), path=request.url.path
-    )
+def bind_log_context(app: ASGIApp) -> ASGIApp:
+    """Middleware, the outermost: every log line of a request carries its request id."""
+
+    async def bound(scope: Scope, receive: Receive, send: Send) -> None:
+        structlog.contextvars.clear_contextvars()
+        structlog.contextvars.bind_contextvars(
+            request_id=request_id_of(scope), path=scope.get("path", "")
+        )
+        await app(scope, receive, send)
+
+    return bound

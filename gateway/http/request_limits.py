@@ -7,9 +7,9 @@ oversized ones itself: with 431 in OpenAI's shape, and one audit record.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
-from litestar import Request
+from litestar import Litestar
+from litestar.types import ASGIApp, Receive, Scope, Send
 
 from gateway.audit.log import AuditEntry
 from gateway.http.errors import ApiError
@@ -19,21 +19,30 @@ from gateway.services import Services
 MAX_HEADER_BYTES = 32 * 1024  # as nginx's default large_client_header_buffers (4 x 8k)
 
 
-async def refuse_large_headers(request: Request[Any, Any, Any]) -> None:
-    """`before_request` hook: refuse a request whose headers add up to more than the limit."""
-    size = sum(len(name) + len(value) for name, value in request.scope["headers"])
-    if size <= MAX_HEADER_BYTES:
-        return
+def refuse_large_headers(app: ASGIApp) -> ASGIApp:
+    """Middleware, before any guard: refuse a request whose headers add up to more than
+    the limit."""
+
+    async def limited(scope: Scope, receive: Receive, send: Send) -> None:
+        size = sum(len(name) + len(value) for name, value in scope["headers"])
+        if size > MAX_HEADER_BYTES:
+            await _refuse(scope, size)
+        await app(scope, receive, send)
+
+    return limited
+
+
+async def _refuse(scope: Scope, size: int) -> None:
     error = ApiError(
         431,
         f"The request's headers are {size} bytes, above the limit of {MAX_HEADER_BYTES}.",
         code="headers_too_large",
     )
-    services: Services | None = request.app.state.get("services")
+    services: Services | None = Litestar.from_scope(scope).state.get("services")
     if services is not None:
         entry = AuditEntry(
-            request_id=request_id_of(request.scope),
-            endpoint=f"{request.method} {request.url.path}",
+            request_id=request_id_of(scope),
+            endpoint=f"{scope.get('method', '')} {scope['path']}",
             event="request.rejected",
             outcome="rejected",
             status_code=error.status,

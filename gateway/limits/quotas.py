@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
+from litestar.connection import ASGIConnection
+from litestar.handlers import BaseRouteHandler
+
+from gateway.http.auth import identity_of, services_of
 from gateway.http.errors import ApiError
 from gateway.keys.store import KeyIdentity
-from gateway.policy.schema import RateLimits
 from gateway.limits.rate_limit import RateLimiter
+from gateway.policy.runtime import policy_for
+from gateway.policy.schema import RateLimits
 
 
 def _buckets(identity: KeyIdentity, limits: RateLimits) -> list[tuple[str, int | None, str]]:
@@ -60,3 +68,12 @@ def charge_tokens(
     for bucket, limit, unit in _buckets(identity, limits):
         if unit == "tokens" and limit is not None:
             limiter.add(bucket, tokens)
+
+
+async def admit_guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    """Guard, after the role guard: the caller's policy (403 without one) admits the
+    request under its rate limits (429), before the body is read."""
+    services = services_of(connection)
+    identity = identity_of(connection)
+    limits = policy_for(services.policies, identity).loaded.policy.rate_limits
+    await asyncio.to_thread(admit, services.limiter, identity, limits)

@@ -108,7 +108,7 @@ def run_cases(cases: list[PolicyCase], check: InputCheck) -> list[CaseResult]:
 
 def guardrail_check_for(loaded: LoadedPolicy) -> InputCheck:
     """The real input guardrails of a policy (loads presidio and MiniLM)."""
-    from gateway.services import build_policy_runtime
+    from gateway.policy.runtime import build_policy_runtime
     from retrieval import Embedder
 
     runtime = build_policy_runtime(loaded, Embedder.load().request_copy())

@@ -15,8 +15,8 @@ from typing import Generic, TypeVar
 
 import structlog
 
-from gateway.keys.store import KeyIdentity
 from gateway.db.models import utc_now
+from gateway.keys.store import KeyIdentity
 from gateway.policy.schema import LoadedPolicy, PolicyError, load_policy
 
 log = structlog.get_logger(__name__)

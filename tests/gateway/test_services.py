@@ -1,47 +1,51 @@
-"""How `BASTION_ENGINE_WEIGHTS`, `BASTION_ENGINE_THREADS` and the device choose the engine's
-weights and threads."""
+"""How `BASTION_ENGINE_WEIGHTS`, `BASTION_ENGINE_THREADS`, `BASTION_KV_CACHE_MB` and the
+native decode settings reach the engine's config (the engine resolves `auto` weights
+itself: tests/engine/test_config.py)."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from engine.linear import fbgemm_supported
-from engine.native_decode import load_library
+from engine import resolve_engine_config
 from gateway.services import engine_config
 from gateway.settings import Settings
 
 
-@pytest.mark.parametrize(
-    ("weights", "device", "expected"),
-    [
-        ("auto", "cpu", "int8" if load_library() or not fbgemm_supported() else "fp16"),
-        ("auto", "cuda", "float"),
-        ("float", "cpu", "float"),
-        ("int8", "cuda", "int8"),
-        ("w8a8", "cpu", "w8a8"),
-    ],
-)
-def test_weights_setting_and_device(weights: str, device: str, expected: str) -> None:
+@pytest.mark.parametrize("weights", ["auto", "float", "int8", "w8a8", "fp16"])
+def test_weights_setting_reaches_the_engine(weights: str) -> None:
     settings = Settings(engine_weights=weights, kv_cache_mb=96)  # type: ignore[arg-type]
-    config = engine_config(settings, device)
-    assert config.weights == expected
+    config = engine_config(settings)
+    assert config.weights == weights
     assert config.kv_cache_mb == 96
 
 
-def test_auto_weights_fall_back_to_fp16_without_the_native_step(
-    monkeypatch: pytest.MonkeyPatch,
+def test_auto_weights_are_resolved_for_the_device() -> None:
+    config = engine_config(Settings())
+    assert resolve_engine_config(config, "cuda").weights == "float"
+    assert resolve_engine_config(config, "cpu").weights in ("int8", "fp16")
+
+
+def test_kv_cache_setting_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    default = engine_config(Settings()).kv_cache_mb
+    monkeypatch.setenv("BASTION_KV_CACHE_MB", "64")
+    assert engine_config(Settings()).kv_cache_mb == 64 != default
+    monkeypatch.setenv("BASTION_KV_CACHE_MB", "8")
+    with pytest.raises(ValidationError, match="kv_cache_mb"):
+        Settings()
+
+
+def test_native_decode_settings_reach_the_engine(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    assert engine_config(Settings()).native_decode is True
     monkeypatch.setenv("BASTION_NATIVE_DECODE", "0")
-    load_library.cache_clear()
-    try:
-        expected = "fp16" if fbgemm_supported() else "int8"
-        assert engine_config(Settings(), "cpu").weights == expected
-    finally:
-        monkeypatch.delenv("BASTION_NATIVE_DECODE")
-        load_library.cache_clear()
+    monkeypatch.setenv("BASTION_NATIVE_CACHE_DIR", str(tmp_path))
+    config = engine_config(Settings())
+    assert config.native_decode is False and config.native_cache_dir == tmp_path
 
 
 def test_unknown_weights_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -51,9 +55,9 @@ def test_unknown_weights_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_threads_setting_reaches_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert engine_config(Settings(), "cpu").threads_for("cpu") == os.cpu_count()
+    assert engine_config(Settings()).threads_for("cpu") == os.cpu_count()
     monkeypatch.setenv("BASTION_ENGINE_THREADS", "2")
-    config = engine_config(Settings(), "cpu")
+    config = engine_config(Settings())
     assert config.num_threads == 2 and config.threads_for("cpu") == 2
 
 

@@ -12,21 +12,13 @@ import pytest
 from sqlalchemy import select
 
 from engine import ChatMessage, EngineMetrics, GenerationRequest, PagedEngine, TokenDelta
-from gateway.audit.log import AuditLog
 from gateway.audit.subject_keys import TextOpener
-from gateway.keys.store import create_key
-from tests.support.local_server import free_port, serve_in_thread
 from gateway.db.models import AuditRecord
+from gateway.keys.store import create_key
 from gateway.policy.registry import PolicyRegistry
-from gateway.limits.rate_limit import InMemoryRateLimiter
-from gateway.services import (
-    Services,
-    ingest_sample_corpus,
-    open_database,
-    open_policies,
-)
+from gateway.services import Services, load_services
 from gateway.settings import REPO_ROOT, Settings
-from retrieval import DocumentStore, Embedder
+from tests.support.local_server import free_port, serve_in_thread
 
 
 class RecordingEngine:
@@ -109,23 +101,9 @@ def live_server(
     settings = Settings(
         data_dir=data_dir, port=free_port(), policy_dir=policy_dir, policy_reload_seconds=0.2
     )
-    sessions = open_database(settings)
-    embedder = Embedder.load()
-    store = DocumentStore(sessions, embedder, settings.index_dir)
-    assert settings.sample_corpus is not None
-    ingest_sample_corpus(settings, sessions, store, settings.sample_corpus)
     engine = RecordingEngine(chat_engine)
-    audit = AuditLog(sessions)
-    services = Services(
-        settings=settings,
-        sessions=sessions,
-        engine=engine,
-        embedder=embedder,
-        store=store,
-        policies=open_policies(settings, embedder, audit),
-        audit=audit,
-        limiter=InMemoryRateLimiter(),
-    )
+    services = load_services(settings, engine=engine)
+    sessions = services.sessions
     secret, _ = create_key(sessions, settings.default_tenant, "user")
     with serve_in_thread(settings, services) as base_url:
         yield LiveServer(base_url, secret, services, engine, settings)

@@ -7,9 +7,9 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.keys.store import create_key
 from gateway.db.models import AuditRecord
 from gateway.http.request_limits import MAX_HEADER_BYTES
+from gateway.keys.store import create_key
 from gateway.settings import REPO_ROOT
 from tests.integration.conftest import LiveServer
 

@@ -19,17 +19,14 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from gateway.audit.log import AuditLog
 from gateway.audit.chain import verify_chain
 from gateway.db.connection import make_db_engine, make_session_factory
-from gateway.keys.store import create_key
-from tests.support.local_server import free_port, serve_in_thread
 from gateway.db.models import AuditRecord
-from gateway.limits.rate_limit import InMemoryRateLimiter
-from gateway.services import Services, open_database, open_policies
+from gateway.keys.store import create_key
+from gateway.services import load_services
 from gateway.settings import REPO_ROOT, Settings
-from retrieval import DocumentStore
 from tests.integration.conftest import LiveServer
+from tests.support.local_server import free_port, serve_in_thread
 
 POSTGRES = ("127.0.0.1", 5432)
 LONG_ANSWER = "Describe the sea in great detail."
@@ -134,20 +131,11 @@ def outage_server(
         policy_reload_seconds=0,
         sample_corpus=None,
     )
-    sessions = open_database(settings)
-    direct_engine = make_db_engine(postgres_url)
-    embedder = live_server.services.embedder
-    audit = AuditLog(sessions)
-    services = Services(
-        settings=settings,
-        sessions=sessions,
-        engine=live_server.engine,
-        embedder=embedder,
-        store=DocumentStore(sessions, embedder, settings.index_dir),
-        policies=open_policies(settings, embedder, audit),
-        audit=audit,
-        limiter=InMemoryRateLimiter(),
+    services = load_services(
+        settings, engine=live_server.engine, embedder=live_server.services.embedder
     )
+    sessions = services.sessions
+    direct_engine = make_db_engine(postgres_url)
     secret, _ = create_key(sessions, settings.default_tenant, "user")
     try:
         with serve_in_thread(settings, services) as base_url:

@@ -31,8 +31,8 @@ from schemathesis.specs.openapi.checks import (
 )
 from sqlalchemy import func, select
 
-from gateway.keys.store import create_key
 from gateway.db.models import AuditRecord
+from gateway.keys.store import create_key
 from tests.integration.conftest import LiveServer
 
 TENANT = "fuzz"

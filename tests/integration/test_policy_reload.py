@@ -10,8 +10,8 @@ from collections.abc import Callable
 import httpx
 from sqlalchemy import select
 
-from gateway.keys.store import create_key
 from gateway.db.models import AuditRecord
+from gateway.keys.store import create_key
 from tests.integration.conftest import LiveServer
 
 

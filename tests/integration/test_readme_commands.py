@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from openai import OpenAI
 
-from tests.support.local_server import free_port, wait_until_ready
 from gateway.settings import REPO_ROOT
+from tests.support.local_server import free_port, wait_until_ready
 
 
 def readme_commands() -> list[str]:

@@ -21,12 +21,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from gateway.audit.chain import verify_chain
 from gateway.audit.subject_keys import TextOpener
 from gateway.db.connection import make_db_engine, make_session_factory
-from gateway.keys.store import create_key
-from tests.support.local_server import free_port, spawn_serve, wait_until_ready
 from gateway.db.models import AuditRecord
+from gateway.keys.store import create_key
 from retrieval import VectorIndex
 from retrieval.models import Chunk
 from tests.integration.test_policy_reload import wait_for
+from tests.support.local_server import free_port, spawn_serve, wait_until_ready
 
 CHAT_PATH = "/v1/chat/completions"
 EMBEDDING_DIM = 384

@@ -11,8 +11,8 @@ from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
-from gateway.audit.log import AuditEntry, AuditLog
 from gateway.audit.chain import make_checkpoint, verify_chain
+from gateway.audit.log import AuditEntry, AuditLog
 from gateway.db.connection import make_db_engine, make_session_factory
 from gateway.db.migrations import upgrade_database
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import structlog
 
-from gateway.audit.log import AuditEntry, AuditLog
 from gateway.audit.chain import Checkpoint
+from gateway.audit.log import AuditEntry, AuditLog
 from gateway.audit.signing import KEY_FILE_NAME
 from gateway.cli import main
 from gateway.services import open_database

@@ -6,13 +6,13 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from gateway.audit.log import AuditEntry
 from gateway.audit.chain import verify_chain
-from gateway.audit.subject_keys import ERASED, AuditSubjectKey
+from gateway.audit.log import AuditEntry
 from gateway.audit.query import AuditFilter, read_record, read_records
 from gateway.audit.retention import ERASURE_EVENT, erase_subject
-from gateway.db.models import AuditRecord
-from tests.gateway.test_audit_chain import open_log
+from gateway.audit.subject_keys import ERASED
+from gateway.db.models import AuditRecord, AuditSubjectKey
+from tests.gateway.audit.test_chain import open_log
 
 
 def chat(n: int, end_user: str | None, key_id: str = "key_1") -> AuditEntry:

@@ -17,7 +17,8 @@ from gateway.audit.chain import PURGE_EVENT, Checkpoint, make_checkpoint, verify
 from gateway.audit.retention import AuditRetentionError, purge_before
 from gateway.audit.signing import KEY_FILE_NAME, load_signing_key
 from gateway.db.models import AuditRecord, utc_now
-from tests.gateway.test_audit_chain import entry, open_log, tamper
+from gateway.settings import Settings
+from tests.gateway.audit.test_chain import entry, open_log, tamper
 
 KEY = b"test-signing-key"
 
@@ -100,10 +101,10 @@ def test_the_signing_key_file_is_created_once_for_its_owner_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("BASTION_AUDIT_SIGNING_KEY", raising=False)
-    key = load_signing_key(tmp_path)
+    key = load_signing_key(tmp_path, Settings().audit_signing_key)
     assert len(key) == 64
     assert stat.S_IMODE(os.stat(tmp_path / KEY_FILE_NAME).st_mode) == 0o600
-    assert load_signing_key(tmp_path) == key
+    assert load_signing_key(tmp_path, Settings().audit_signing_key) == key
     monkeypatch.setenv("BASTION_AUDIT_SIGNING_KEY", "from-the-environment")
-    assert load_signing_key(tmp_path) == b"from-the-environment"
+    assert load_signing_key(tmp_path, Settings().audit_signing_key) == b"from-the-environment"
     assert load_signing_key(tmp_path, SecretStr("explicit")) == b"explicit"

@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from gateway.keys.store import authenticate, create_key, hash_key
 from gateway.db.models import ApiKey
+from gateway.keys.store import authenticate, create_key, hash_key
 from gateway.services import open_database
 from gateway.settings import Settings
 

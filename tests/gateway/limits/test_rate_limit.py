@@ -10,9 +10,9 @@ import pytest
 
 from gateway.http.errors import ApiError
 from gateway.keys.store import KeyIdentity
-from gateway.policy.schema import RateLimits
 from gateway.limits.quotas import admit, charge_tokens
 from gateway.limits.rate_limit import InMemoryRateLimiter, RateLimiter, RedisRateLimiter
+from gateway.policy.schema import RateLimits
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from gateway.keys.store import KeyIdentity
-from gateway.policy.schema import LoadedPolicy
 from gateway.policy.registry import NoPolicyError, PolicyChange, PolicyRegistry
+from gateway.policy.schema import LoadedPolicy
 
 ALICE = KeyIdentity("key-alice", "acme", "user")
 

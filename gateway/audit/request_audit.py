@@ -1,0 +1,96 @@
+"""Routes whose every request leaves exactly one audit record, whatever its outcome: a
+refused key, a body that does not validate, a guardrail's block, an answer.
+
+A route middleware opens the entry before the guards run; the handler fills it in; the
+exception handlers note the error they answer with; the record is written just before the
+response starts, so a client that has the answer finds its record. A streamed answer
+records the entry itself, before its closing events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from litestar import Litestar
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.audit.log import AuditEntry, AuditLog
+from gateway.http.metrics import GatewayMetrics
+from gateway.http.request_context import request_id_of
+
+if TYPE_CHECKING:
+    from gateway.http.errors import ApiError
+
+_STATE_KEY = "bastion_request_audit"
+
+
+@dataclass
+class RequestAudit:
+    """The entry of one request, and who writes it."""
+
+    entry: AuditEntry
+    started: float
+    streamed: bool = False  # the answer's stream records the entry itself
+
+    async def write(self, audit: AuditLog, metrics: GatewayMetrics) -> None:
+        """Write the entry with its latency, and count it in the metrics."""
+        self.entry.latency_ms = (time.perf_counter() - self.started) * 1000
+        await asyncio.to_thread(audit.record, self.entry)
+        metrics.observe(self.entry)
+
+
+def request_audit_of(scope: Scope) -> RequestAudit | None:
+    found: RequestAudit | None = scope.get("state", {}).get(_STATE_KEY)
+    return found
+
+
+def note_error(scope: Scope, error: ApiError) -> None:
+    """The error a request is answered with, on its entry (a guardrail's block stays one)."""
+    pending = request_audit_of(scope)
+    if pending is None:
+        return
+    entry = pending.entry
+    entry.status_code, entry.error_code = error.status, error.code
+    if entry.outcome != "blocked":
+        entry.outcome = "rejected" if error.status < 500 else "error"
+
+
+def audit_every_request(endpoint: str) -> Callable[[ASGIApp], ASGIApp]:
+    """Route middleware: one audit record for every request to `endpoint`.
+
+    A record that cannot be written raises from `send`, before anything was sent, so the
+    client gets the database's 503 instead of an unaudited answer.
+    """
+
+    def middleware(app: ASGIApp) -> ASGIApp:
+        async def audited(scope: Scope, receive: Receive, send: Send) -> None:
+            if Litestar.from_scope(scope).state.get("services") is None:
+                # Still loading: the guard answers 503 and there is no log to write to.
+                await app(scope, receive, send)
+                return
+            pending = RequestAudit(
+                AuditEntry(request_id=request_id_of(scope), endpoint=endpoint),
+                started=time.perf_counter(),
+            )
+            scope["state"][_STATE_KEY] = pending
+            recorded = False
+
+            async def send_after_recording(message: Message) -> None:
+                nonlocal recorded
+                if message["type"] == "http.response.start" and not recorded:
+                    recorded = True
+                    if not pending.streamed:
+                        pending.entry.status_code = message["status"]
+                        state = Litestar.from_scope(scope).state
+                        await pending.write(state.services.audit, state.metrics)
+                await send(message)
+
+            await app(scope, receive, send_after_recording)
+
+        return audited
+
+    return middleware

@@ -1,0 +1,1 @@
+"""The database: every table, the connection, and the Alembic migrations."""

@@ -1,0 +1,1 @@
+"""The document API: search without generation, and upload, list, get and delete."""

@@ -1,0 +1,1 @@
+"""API keys: the store (only hashes), the admin routes, and the first start's default key."""

@@ -1,0 +1,1 @@
+"""Rate limits and token quotas, per key and per policy, in memory or in Redis."""
