@@ -16,8 +16,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from engine.attention import AttentionContext, PrefillChunk
-from engine.llama import PagedLlama, standalone_prefill_logits, throwaway_kv_cache
+from engine.llama import PagedLlama
+from engine.standalone import StandaloneSequence, standalone_prefill_logits
 from engine.tokenization import encode_chat
 from engine.types import ChatMessage
 
@@ -50,40 +50,10 @@ def engine_perplexity(model: PagedLlama, ids: list[int]) -> float:
     return math.exp(F.cross_entropy(logits, torch.tensor(ids[1:])).item())
 
 
-class DecodeSession:
-    """One sequence in a throwaway KV cache: a prefill, then one decode step per token."""
-
-    def __init__(self, model: PagedLlama, capacity: int) -> None:
-        self.model = model
-        self.length = 0
-        self.cache = throwaway_kv_cache(model, capacity)
-
-    @torch.inference_mode()
-    def prefill(self, ids: list[int]) -> torch.Tensor:
-        """Logits of the last of `ids`, the sequence's first tokens."""
-        n = len(ids)
-        ctx = AttentionContext(torch.arange(n), 0, None, None, (PrefillChunk(0, n, None, None),))
-        self.length = n
-        return self.model.forward(
-            torch.tensor(ids), torch.arange(n), ctx, self.cache, torch.tensor([n - 1])
-        )[0]
-
-    @torch.inference_mode()
-    def decode(self, token: int) -> torch.Tensor:
-        """Logits after appending `token`, as the engine's decode steps compute them."""
-        position = self.length
-        slots = torch.arange(position + 1)[None, :]
-        ctx = AttentionContext(torch.tensor([position]), 1, slots, None, ())
-        self.length += 1
-        return self.model.forward(
-            torch.tensor([token]), torch.tensor([position]), ctx, self.cache, torch.tensor([0])
-        )[0]
-
-
 def decode_perplexity(model: PagedLlama, ids: list[int]) -> float:
     """Perplexity of `ids`, each token after the first predicted by one decode step."""
-    session = DecodeSession(model, len(ids))
-    rows = [session.prefill(ids[:1])] + [session.decode(t) for t in ids[1:-1]]
+    session = StandaloneSequence(model, len(ids))
+    rows = [session.prefill(ids[:1])[0]] + [session.decode(t)[0] for t in ids[1:-1]]
     return math.exp(F.cross_entropy(torch.stack(rows), torch.tensor(ids[1:])).item())
 
 
@@ -93,7 +63,7 @@ def greedy_answers(model: PagedLlama, tokenizer: Any, new_tokens: int = 10) -> l
     answers = []
     for question in QUESTIONS:
         ids = encode_chat(tokenizer, [ChatMessage("user", question)])
-        session = DecodeSession(model, len(ids) + new_tokens)
+        session = StandaloneSequence(model, len(ids) + new_tokens)
         answer = [int(session.prefill(ids).argmax())]
         while len(answer) < new_tokens:
             answer.append(int(session.decode(answer[-1]).argmax()))

@@ -1,7 +1,7 @@
 """engine: the in-process inference engine behind a small async interface."""
 
 from engine.base import Engine
-from engine.config import EngineConfig
+from engine.config import DEFAULT_KV_CACHE_MB, EngineConfig, WeightChoice, resolve_engine_config
 from engine.core import EngineMetrics
 from engine.model_source import (
     ModelNotFound,
@@ -24,6 +24,7 @@ from engine.types import (
 )
 
 __all__ = [
+    "DEFAULT_KV_CACHE_MB",
     "ChatMessage",
     "ContextLengthExceeded",
     "Engine",
@@ -40,6 +41,8 @@ __all__ = [
     "TokenDelta",
     "TokenLogprob",
     "TransformersEngine",
+    "WeightChoice",
     "default_model_source",
     "model_source_from_path",
+    "resolve_engine_config",
 ]

@@ -1,7 +1,6 @@
 """Paged attention on plain PyTorch: write new K/V into the pool, attend over gathered blocks.
 
-The pool of one layer is a tensor of slots per K/V head, `[kv_heads, num_blocks *
-block_size, head_dim]`; slot `block * block_size + offset` holds one token. Head-major, so
+The pool (engine/kv_pool.py) is head-major, `[kv_heads, slots, head_dim]` a layer, so
 that gathering a batch's slots gives each head's keys contiguous, ready for batched
 matmuls without a copy (16 sequences of 240 tokens: 0.49 against 0.74 ms a layer with the
 slot-major layout). Model code sees only an `AttentionContext`, never the scheduler.
@@ -9,10 +8,12 @@ slot-major layout). Model code sees only an `AttentionContext`, never the schedu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
+
+from engine.kv_pool import LayerKV
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,13 @@ class AttentionContext:
     decode_mask: torch.Tensor | None
     prefills: tuple[PrefillChunk, ...]
 
+    def without_decodes(self) -> AttentionContext:
+        """The context of the rows after the decodes, renumbered from 0: a step's prefill
+        chunks, for when its decodes run elsewhere."""
+        nd = self.num_decodes
+        chunks = tuple(replace(chunk, start=chunk.start - nd) for chunk in self.prefills)
+        return AttentionContext(self.slot_mapping[nd:], 0, None, None, chunks)
+
 
 def _batched_decode_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
@@ -63,16 +71,15 @@ def paged_attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
+    cache: LayerKV,
     ctx: AttentionContext,
 ) -> torch.Tensor:
     """Attention for a step. q: [T, heads, dim]; k, v: [T, kv_heads, dim] -> [T, heads * dim]."""
     num_tokens, num_heads, head_dim = q.shape
     num_kv_heads = k.shape[1]
     group = num_heads // num_kv_heads
-    k_cache.index_copy_(1, ctx.slot_mapping, k.transpose(0, 1))
-    v_cache.index_copy_(1, ctx.slot_mapping, v.transpose(0, 1))
+    cache.store(ctx.slot_mapping, k, v)
+    k_cache, v_cache = cache.keys, cache.values
     outputs: list[torch.Tensor] = []
     nd = ctx.num_decodes
     if nd:

@@ -1,29 +1,28 @@
-"""Settings of the paged engine: memory budget, block size, batch limits."""
+"""Settings of the paged engine: memory budget, block size, batch limits, weights.
+
+The engine reads no environment variable: the gateway reads its settings once and passes
+an `EngineConfig` down.
+"""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal, get_args
 
 import torch
 
-from engine.linear import WEIGHT_FORMATS, WeightFormat
+from engine.linear import WeightFormat, fbgemm_supported
+from engine.native_library import load_library
 
-KV_CACHE_ENV = "BASTION_KV_CACHE_MB"
 _DTYPES = frozenset({"float32", "bfloat16", "float16"})
 DEFAULT_KV_CACHE_MB = 512
 
-
-def kv_cache_mb_from_env(default: int = DEFAULT_KV_CACHE_MB) -> int:
-    """The KV-cache budget in MiB from `BASTION_KV_CACHE_MB`, else `default`."""
-    raw = os.environ.get(KV_CACHE_ENV)
-    if raw is None or not raw.strip():
-        return default
-    try:
-        value = int(raw)
-    except ValueError as exc:
-        raise ValueError(f"{KV_CACHE_ENV} must be an integer number of MiB, got {raw!r}") from exc
-    return value
+# A weight format, or "auto": the fastest faithful one for the device
+# (`resolve_engine_config`).
+WeightChoice = Literal["auto", "fp16", "w8a8", "int8", "float"]
+WEIGHT_CHOICES: tuple[WeightChoice, ...] = get_args(WeightChoice)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +47,11 @@ class EngineConfig:
     dtype: str | None = None  # "float32", "bfloat16", "float16"; None: see torch_dtype
     # The projections' weight format (engine/linear.py): the compact ones trade a measured
     # bit of fidelity (docs/benchmarks.md) for faster decoding where memory bandwidth bounds it.
-    weights: WeightFormat = "float"
+    weights: WeightChoice = "float"
+    # The native decode step (engine/native_decode.py): whether to use it, and where its
+    # compiled library is cached (None: $XDG_CACHE_HOME or ~/.cache, then bastion/native).
+    native_decode: bool = True
+    native_cache_dir: Path | None = None
 
     def __post_init__(self) -> None:
         if self.kv_cache_mb <= 0:
@@ -65,10 +68,17 @@ class EngineConfig:
             raise ValueError("num_threads must be positive")
         if self.dtype is not None and self.dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
-        if self.weights not in WEIGHT_FORMATS:
-            raise ValueError(f"weights must be one of {list(WEIGHT_FORMATS)}, got {self.weights!r}")
+        if self.weights not in WEIGHT_CHOICES:
+            raise ValueError(f"weights must be one of {list(WEIGHT_CHOICES)}, got {self.weights!r}")
         if self.max_waiting < 0:
             raise ValueError("max_waiting must be >= 0")
+
+    @property
+    def weight_format(self) -> WeightFormat:
+        """The concrete weight format; "auto" must be resolved first."""
+        if self.weights == "auto":
+            raise ValueError("weights='auto' is resolved by resolve_engine_config(config, device)")
+        return self.weights
 
     def torch_dtype(self, device_type: str) -> torch.dtype:
         """The activations' and KV cache's dtype on a device of this type."""
@@ -77,7 +87,7 @@ class EngineConfig:
             return dtype
         # PyTorch's int8 weight kernel is fast with bf16 activations, slow with fp32 ones;
         # under w8a8, bf16 keeps the KV cache and attention as small.
-        if device_type == "cuda" or self.weights != "float":
+        if device_type == "cuda" or self.weight_format != "float":
             return torch.bfloat16
         return torch.float32
 
@@ -94,3 +104,22 @@ class EngineConfig:
         if self.num_threads is not None or device_type != "cpu":
             return self.num_threads
         return os.cpu_count() or 1
+
+
+def resolve_engine_config(config: EngineConfig, device: str) -> EngineConfig:
+    """`config` with concrete weights for a device of type `device` ("cpu", "cuda").
+
+    "auto" is float off the CPU; on a CPU, int8 where the native decode step builds (as
+    faithful as fp16 and about 3x faster, docs/benchmarks.md), else fp16 where fbgemm runs
+    it, else int8 on PyTorch's kernels.
+    """
+    if config.weights != "auto":
+        return config
+    weights: WeightFormat
+    if device != "cpu":
+        weights = "float"
+    elif load_library(config.native_decode, config.native_cache_dir) is not None:
+        weights = "int8"
+    else:
+        weights = "fp16" if fbgemm_supported() else "int8"
+    return replace(config, weights=weights)

@@ -68,7 +68,7 @@ class EngineCore:
         self.config = config
         self.context_window = runner.model.shape.max_positions
         self.blocks = BlockManager(
-            runner.num_blocks, config.block_size, model_id, config.enable_prefix_caching
+            runner.pool.num_blocks, config.block_size, model_id, config.enable_prefix_caching
         )
         self.scheduler = Scheduler(config, self.blocks)
         self.stop_token_ids = stop_token_ids

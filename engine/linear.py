@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import warnings
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -33,7 +33,6 @@ import torch.nn.functional as F
 from engine.cpu_info import cpuinfo
 
 WeightFormat = Literal["float", "fp16", "int8", "w8a8"]
-WEIGHT_FORMATS: tuple[WeightFormat, ...] = get_args(WeightFormat)
 # The formats that run on fbgemm's kernels (x86 CPUs only).
 FBGEMM_FORMATS: frozenset[WeightFormat] = frozenset({"fp16", "w8a8"})
 

@@ -9,14 +9,15 @@ gate/up are fused into one matmul each.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from engine.attention import AttentionContext, PrefillChunk, paged_attention
+from engine.attention import AttentionContext, paged_attention
+from engine.kv_pool import KVLayout, KVPool
 from engine.linear import (
     FBGEMM_FORMATS,
     Linear,
@@ -25,7 +26,6 @@ from engine.linear import (
     make_linear,
     make_output_projection,
 )
-from engine.native_decode import NativeDecoder, load_library, supports
 from engine.smoothing import layer_scales
 from engine.types import EngineError
 
@@ -206,69 +206,22 @@ class PagedLlama:
         self.cos, self.sin = rope_tables(config, self.shape.max_positions, device)
         self.cos = self.cos.to(dtype)
         self.sin = self.sin.to(dtype)
-        # The KV pool the native decision was made for, and the decoder (None: not native).
-        self._native: tuple[list[tuple[torch.Tensor, torch.Tensor]], NativeDecoder | None]
-        self._native = ([], None)
 
-    def native_decoder(
-        self, kv_cache: list[tuple[torch.Tensor, torch.Tensor]]
-    ) -> NativeDecoder | None:
-        """The native decode kernel (engine/native_decode.py) over this KV pool, where it
-        runs this model (decided once per pool): a step's decodes go through it."""
-        pool, decoder = self._native
-        if pool is not kv_cache:
-            library = load_library()
-            decoder = None
-            if library is not None and supports(self, kv_cache[0][0].dtype):
-                decoder = NativeDecoder(library, self, kv_cache)
-            self._native = (kv_cache, decoder)
-        return decoder
+    @property
+    def kv_layout(self) -> KVLayout:
+        """What the KV pool keeps for this model's attention."""
+        shape = self.shape
+        return KVLayout(shape.num_layers, shape.num_kv_heads, shape.head_dim, self.dtype)
 
     def forward(
         self,
         input_ids: torch.Tensor,
         positions: torch.Tensor,
         ctx: AttentionContext,
-        kv_cache: list[tuple[torch.Tensor, torch.Tensor]],
+        pool: KVPool,
         logit_rows: torch.Tensor,
     ) -> torch.Tensor:
-        """Logits (float32) of the rows in `logit_rows`, after writing every token's K/V.
-
-        Where the native decode step runs this model, a step's decodes go through it and
-        only its prefill chunks (if any) through PyTorch.
-        """
-        native = None if ctx.decode_slots is None else self.native_decoder(kv_cache)
-        if native is None:
-            return self._forward(input_ids, positions, ctx, kv_cache, logit_rows)
-        nd = ctx.num_decodes
-        assert ctx.decode_slots is not None
-        decode_logits = native.step(
-            F.embedding(input_ids[:nd], self.embed),
-            positions[:nd],
-            ctx.decode_slots,
-            torch.get_num_threads(),
-        )
-        if not ctx.prefills:
-            return decode_logits.index_select(0, logit_rows)
-        chunks = tuple(replace(chunk, start=chunk.start - nd) for chunk in ctx.prefills)
-        prefill_ctx = AttentionContext(ctx.slot_mapping[nd:], 0, None, None, chunks)
-        from_decodes = logit_rows < nd
-        logits = decode_logits.new_empty((logit_rows.shape[0], self.shape.vocab_size))
-        logits[from_decodes] = decode_logits.index_select(0, logit_rows[from_decodes])
-        logits[~from_decodes] = self._forward(
-            input_ids[nd:], positions[nd:], prefill_ctx, kv_cache, logit_rows[~from_decodes] - nd
-        )
-        return logits
-
-    def _forward(
-        self,
-        input_ids: torch.Tensor,
-        positions: torch.Tensor,
-        ctx: AttentionContext,
-        kv_cache: list[tuple[torch.Tensor, torch.Tensor]],
-        logit_rows: torch.Tensor,
-    ) -> torch.Tensor:
-        """The PyTorch forward pass of every row."""
+        """Logits (float32) of the rows in `logit_rows`, after writing every token's K/V."""
         shape = self.shape
         num_tokens = input_ids.shape[0]
         q_size = shape.num_heads * shape.head_dim
@@ -279,14 +232,14 @@ class PagedLlama:
         sin = self.sin.index_select(0, positions).unsqueeze(1)
         eps = self.eps
         hidden = F.embedding(input_ids, self.embed)
-        for layer, (k_cache, v_cache) in zip(self.layers, kv_cache, strict=True):
+        for layer, cache in zip(self.layers, pool.layers, strict=True):
             x = _rms_norm(hidden, layer.input_norm, eps)
             qkv = layer.qkv(x)
             # Q and K heads sit side by side in the fused output: rotate them in one go.
             qk = _rotate(qkv[:, : q_size + kv_size].view(num_tokens, qk_heads, head_dim), cos, sin)
             q, k = qk.split((shape.num_heads, shape.num_kv_heads), dim=1)
             v = qkv[:, q_size + kv_size :].view(num_tokens, shape.num_kv_heads, head_dim)
-            attn = paged_attention(q, k, v, k_cache, v_cache, ctx)
+            attn = paged_attention(q, k, v, cache, ctx)
             hidden = hidden + layer.o(attn)
             x = _rms_norm(hidden, layer.post_norm, eps)
             gate, up = layer.gate_up(x).chunk(2, dim=-1)
@@ -296,26 +249,3 @@ class PagedLlama:
         hidden = hidden.index_select(0, logit_rows)
         hidden = _rms_norm(hidden, self.final_norm, eps)
         return self.lm_head(hidden).float()
-
-
-@torch.inference_mode()
-def standalone_prefill_logits(
-    model: PagedLlama, ids: Sequence[int], rows: torch.Tensor
-) -> torch.Tensor:
-    """Logits of `rows` after one prefill of `ids` into a throwaway KV cache: for measuring
-    a model (fidelity, tests) outside the engine and its block pool."""
-    n = len(ids)
-    ctx = AttentionContext(torch.arange(n), 0, None, None, (PrefillChunk(0, n, None, None),))
-    cache = throwaway_kv_cache(model, n)
-    return model.forward(torch.tensor(list(ids)), torch.arange(n), ctx, cache, rows)
-
-
-def throwaway_kv_cache(model: PagedLlama, slots: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """A zeroed K/V pool of `slots` slots per layer, in the engine's layout, for running
-    the model outside the engine (fidelity measures, tests)."""
-    shape = model.shape
-    dims = (shape.num_kv_heads, slots, shape.head_dim)
-    return [
-        (torch.zeros(dims, dtype=model.dtype), torch.zeros(dims, dtype=model.dtype))
-        for _ in range(shape.num_layers)
-    ]

@@ -1,4 +1,9 @@
-"""Owns the KV pool and turns a scheduled batch into one forward pass and sampled tokens."""
+"""Owns the KV pool and the fast path; turns a scheduled batch into logits and tokens.
+
+The runner, not the model, picks the path of each step: its decodes go through the native
+decode step (engine/native_decode.py) where it runs the model, everything else through
+`PagedLlama.forward`.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,12 @@ import torch
 
 from engine.attention import AttentionContext, PrefillChunk
 from engine.config import EngineConfig
-from engine.llama import ModelShape, PagedLlama
+from engine.kv_pool import KVPool
+from engine.llama import PagedLlama
+from engine.native_decode import NativeDecoder, native_decoder
 from engine.sampling import sample_batch
 from engine.scheduler import ScheduledBatch
-from engine.types import EngineError, TokenLogprob
+from engine.types import TokenLogprob
 
 # A step of fewer tokens than this (a few decodes) runs on one thread: its ops are too small
 # to share, and on 2 cores a second thread made one stream's decoding erratic (38-57 tok/s
@@ -18,58 +25,35 @@ from engine.types import EngineError, TokenLogprob
 SHARED_STEP_MIN_TOKENS = 8
 
 
-def kv_bytes_per_block(shape: ModelShape, block_size: int, dtype: torch.dtype) -> int:
-    element = torch.tensor([], dtype=dtype).element_size()
-    return 2 * shape.num_layers * block_size * shape.num_kv_heads * shape.head_dim * element
-
-
 class ModelRunner:
-    """Runs the model for a step: builds token, position and slot tensors, then samples."""
+    """Runs the model for a step over its KV pool: builds token, position and slot tensors,
+    sends the decodes to the native decoder where there is one, then samples."""
 
     def __init__(
         self,
         model: PagedLlama,
-        num_blocks: int,
-        block_size: int,
-        device: torch.device,
+        pool: KVPool,
         threads: int | None = None,
+        native: NativeDecoder | None = None,
     ) -> None:
         """`threads`: intra-op threads for steps of SHARED_STEP_MIN_TOKENS or more (smaller
-        ones get one); None leaves the calling thread's setting alone."""
+        ones get one); None leaves the calling thread's setting alone. `native`: the
+        decoder over `pool` that takes the steps' decodes (None: PyTorch does)."""
         self.model = model
+        self.pool = pool
+        self.native = native
         self.threads = threads
-        self.block_size = block_size
-        self.device = device
-        shape = model.shape
-        slots = num_blocks * block_size
-        dims = (shape.num_kv_heads, slots, shape.head_dim)  # head-major (engine/attention.py)
-        self.kv_cache = [
-            (
-                torch.zeros(dims, dtype=model.dtype, device=device),
-                torch.zeros(dims, dtype=model.dtype, device=device),
-            )
-            for _ in range(shape.num_layers)
-        ]
-        self._offsets = torch.arange(block_size, device=device)
+        self.block_size = pool.block_size
+        self.device = model.device
+        self._offsets = torch.arange(self.block_size, device=self.device)
 
     @classmethod
-    def from_config(
-        cls, model: PagedLlama, config: EngineConfig, device: torch.device
-    ) -> ModelRunner:
-        """A runner whose pool fills `config.kv_cache_mb` (or holds `num_kv_blocks`)."""
-        block_size, kv_cache_mb = config.block_size, config.kv_cache_mb
-        per_block = kv_bytes_per_block(model.shape, block_size, model.dtype)
-        num_blocks = config.num_kv_blocks or kv_cache_mb * 1024 * 1024 // per_block
-        if num_blocks < 2:
-            raise EngineError(
-                f"a KV cache of {kv_cache_mb} MiB holds fewer than 2 blocks of {block_size} "
-                f"tokens ({per_block} bytes each): raise BASTION_KV_CACHE_MB"
-            )
-        return cls(model, num_blocks, block_size, device, config.threads_for(device.type))
-
-    @property
-    def num_blocks(self) -> int:
-        return self.kv_cache[0][0].shape[1] // self.block_size
+    def from_config(cls, model: PagedLlama, config: EngineConfig) -> ModelRunner:
+        """A runner whose pool fills `config.kv_cache_mb` (or holds `num_kv_blocks`), with
+        the native decode step where the config allows it and it runs the model."""
+        pool = KVPool.for_config(model.kv_layout, config, model.device)
+        native = native_decoder(model, pool, config.native_decode, config.native_cache_dir)
+        return cls(model, pool, config.threads_for(model.device.type), native)
 
     def _slots(self, block_table: list[int], start: int, end: int) -> torch.Tensor:
         """Slots of token positions `start:end` of a sequence."""
@@ -124,13 +108,11 @@ class ModelRunner:
         )
         if decode_tables:
             ctx = self._with_decodes(ctx, decode_tables, decode_lengths)
-        native = bool(decode_tables) and self.model.native_decoder(self.kv_cache) is not None
-        self._set_threads(len(ids), native)
-        logits = self.model.forward(
+        self._set_threads(len(ids), native=bool(decode_tables) and self.native is not None)
+        logits = self.run_model(
             torch.tensor(ids, dtype=torch.long, device=self.device),
             torch.tensor(positions, dtype=torch.long, device=self.device),
             ctx,
-            self.kv_cache,
             torch.tensor(logit_rows, dtype=torch.long, device=self.device),
         )
         results: list[tuple[int, TokenLogprob | None] | None] = [None] * len(batch.entries)
@@ -145,6 +127,35 @@ class ModelRunner:
             for index, result in zip(samplers, sampled, strict=True):
                 results[index] = result
         return results
+
+    def run_model(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        ctx: AttentionContext,
+        logit_rows: torch.Tensor,
+    ) -> torch.Tensor:
+        """Logits (float32) of the rows in `logit_rows`, after writing every token's K/V:
+        the decodes through the native decoder where there is one, the rest through the
+        model."""
+        if self.native is None or ctx.decode_slots is None:
+            return self.model.forward(input_ids, positions, ctx, self.pool, logit_rows)
+        nd = ctx.num_decodes
+        threads = torch.get_num_threads()
+        decode_logits = self.native.step(input_ids[:nd], positions[:nd], ctx.decode_slots, threads)
+        if not ctx.prefills:
+            return decode_logits.index_select(0, logit_rows)
+        from_decodes = logit_rows < nd
+        logits = decode_logits.new_empty((logit_rows.shape[0], decode_logits.shape[1]))
+        logits[from_decodes] = decode_logits.index_select(0, logit_rows[from_decodes])
+        logits[~from_decodes] = self.model.forward(
+            input_ids[nd:],
+            positions[nd:],
+            ctx.without_decodes(),
+            self.pool,
+            logit_rows[~from_decodes] - nd,
+        )
+        return logits
 
     def _set_threads(self, num_tokens: int, native: bool) -> None:
         """One thread for a small step, `threads` for a larger one or one with native

@@ -20,7 +20,7 @@ from typing import Any
 import structlog
 import torch
 
-from engine.config import EngineConfig, kv_cache_mb_from_env
+from engine.config import EngineConfig, resolve_engine_config
 from engine.core import EngineCore, EngineMetrics, StepOutput
 from engine.detokenizer import IncrementalDetokenizer
 from engine.llama import PagedLlama
@@ -69,6 +69,15 @@ _CLOSE = object()
 _METRICS_PERIOD_S = 0.05  # refresh the metrics snapshot at most this often while busy
 
 
+def _given_config(kv_cache_mb: int | None, config: EngineConfig | None) -> EngineConfig:
+    """The caller's config, its KV budget given either directly or in `config`."""
+    if config is None:
+        return EngineConfig() if kv_cache_mb is None else EngineConfig(kv_cache_mb=kv_cache_mb)
+    if kv_cache_mb is not None and config.kv_cache_mb != kv_cache_mb:
+        raise ValueError("pass kv_cache_mb either directly or in config, not both")
+    return config
+
+
 def _deliver(sink: Sink, item: StepOutput | BaseException) -> None:
     """Hand an output to its request; a caller whose event loop is gone no longer listens."""
     try:
@@ -107,12 +116,13 @@ class PagedEngine:
         kv_cache_mb: int | None = None,
         config: EngineConfig | None = None,
     ) -> PagedEngine:
-        """Load a model (HF folder or GGUF) through transformers and serve it paged."""
+        """Load a model (HF folder or GGUF) through transformers and serve it paged; weights
+        "auto" are resolved for the device (`resolve_engine_config`)."""
         started = time.perf_counter()
         target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        settings = config or EngineConfig()
+        settings = resolve_engine_config(_given_config(kv_cache_mb, config), target.type)
         # Int8 weights are quantized from full precision, not from an already rounded copy.
-        quantized = settings.weights != "float"
+        quantized = settings.weight_format != "float"
         dtype = torch.float32 if quantized else settings.torch_dtype(target.type)
         log.info(
             "engine.loading",
@@ -122,7 +132,7 @@ class PagedEngine:
         )
         hf_model, tokenizer = load_pretrained(source, dtype)
         engine = cls.from_hf_model(
-            hf_model, tokenizer, source.model_id, str(target), kv_cache_mb, config
+            hf_model, tokenizer, source.model_id, str(target), config=settings
         )
         log.info(
             "engine.loaded",
@@ -145,16 +155,13 @@ class PagedEngine:
     ) -> PagedEngine:
         """Serve an already loaded transformers model; `tokenizer` may be None (ids only)."""
         target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        config = config or EngineConfig(kv_cache_mb=kv_cache_mb or kv_cache_mb_from_env())
-        if kv_cache_mb is not None and config.kv_cache_mb != kv_cache_mb:
-            raise ValueError("pass kv_cache_mb either directly or in config, not both")
+        config = resolve_engine_config(_given_config(kv_cache_mb, config), target.type)
+        weights = config.weight_format
         calibration = (
-            calibration_ids(tokenizer) if config.weights == "w8a8" and tokenizer is not None else ()
+            calibration_ids(tokenizer) if weights == "w8a8" and tokenizer is not None else ()
         )
-        model = PagedLlama(
-            hf_model, target, config.torch_dtype(target.type), config.weights, calibration
-        )
-        runner = ModelRunner.from_config(model, config, target)
+        model = PagedLlama(hf_model, target, config.torch_dtype(target.type), weights, calibration)
+        runner = ModelRunner.from_config(model, config)
         stop_ids = find_stop_token_ids(tokenizer, hf_model.generation_config)
         return cls(EngineCore(runner, config, model_id, stop_ids), tokenizer, model_id, config)
 

@@ -50,6 +50,20 @@ typedef struct {
     const Layer *layers;
 } Model;
 
+/* Bump with any change to a struct above or to an exported function's signature, and
+ * ABI_VERSION in engine/native_library.py with it. */
+#define BASTION_ABI_VERSION 1
+
+/* What engine/native_library.py checks before it calls anything else: the ABI version,
+ * then the sizes of the structs it mirrors by hand with ctypes. A build that answers
+ * otherwise (stale, or from another source) is rebuilt, never called. */
+void bastion_abi(int64_t out[4]) {
+    out[0] = BASTION_ABI_VERSION;
+    out[1] = (int64_t)sizeof(Projection);
+    out[2] = (int64_t)sizeof(Layer);
+    out[3] = (int64_t)sizeof(Model);
+}
+
 static inline float bf16_to_float(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
     float f;

@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from engine import EngineConfig, PagedEngine, SamplingParams
+from engine import EngineConfig, PagedEngine, SamplingParams, resolve_engine_config
 from engine.core import EngineCore, StepOutput
 from engine.llama import PagedLlama
 from engine.model_runner import ModelRunner
+from engine.native_library import load_library
 
 VOCAB = 512
+
+needs_compiler = pytest.mark.skipif(
+    load_library() is None, reason="no C compiler to build the native kernel"
+)
 
 
 def tiny_llama(seed: int = 0, **overrides: object) -> LlamaForCausalLM:
@@ -63,15 +70,15 @@ def token_ids(outputs: Sequence[StepOutput]) -> list[int]:
 def make_core(model: LlamaForCausalLM, **config: object) -> EngineCore:
     """A synchronous engine core (no thread) over `model`, for step-by-step tests."""
     config.setdefault("num_threads", 1)
-    engine_config = EngineConfig(**config)  # type: ignore[arg-type]
+    engine_config = resolve_engine_config(EngineConfig(**config), "cpu")  # type: ignore[arg-type]
     paged = PagedLlama(
         model,
         torch.device("cpu"),
         engine_config.torch_dtype("cpu"),
-        engine_config.weights,
+        engine_config.weight_format,
         calibration_ids=random_prompt(64, seed=0),  # read under w8a8 only
     )
-    runner = ModelRunner.from_config(paged, engine_config, torch.device("cpu"))
+    runner = ModelRunner.from_config(paged, engine_config)
     return EngineCore(runner, engine_config, "tiny", frozenset())
 
 
@@ -132,3 +139,20 @@ def make_engine(tiny_model: LlamaForCausalLM) -> Iterator[Callable[..., PagedEng
 
 
 GREEDY = SamplingParams(max_tokens=12, ignore_eos=True)
+
+
+LoadLibrary = Callable[..., Any]
+
+
+@pytest.fixture
+def load_afresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[LoadLibrary]:
+    """`load_library(enabled, cache_dir)` with its cache cleared first; `compiler` sets CC."""
+
+    def load(enabled: bool = True, cache_dir: Path | None = None, compiler: str = "") -> Any:
+        if compiler:
+            monkeypatch.setenv("CC", compiler)
+        load_library.cache_clear()
+        return load_library(enabled, cache_dir)
+
+    yield load
+    load_library.cache_clear()

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.attention import AttentionContext, paged_attention
+from engine.kv_pool import LayerKV
 
 
 def test_batched_bf16_decode_matches_float_reference() -> None:
@@ -25,14 +26,8 @@ def test_batched_bf16_decode_matches_float_reference() -> None:
     q = torch.randn(3, kv_heads * group, head_dim)
     k_new, v_new = torch.randn(3, kv_heads, head_dim), torch.randn(3, kv_heads, head_dim)
     ctx = AttentionContext(new_slots, 3, table, mask, ())
-    out = paged_attention(
-        q.bfloat16(),
-        k_new.bfloat16(),
-        v_new.bfloat16(),
-        k_cache.bfloat16(),
-        v_cache.bfloat16(),
-        ctx,
-    )
+    pool = LayerKV(k_cache.bfloat16(), v_cache.bfloat16())
+    out = paged_attention(q.bfloat16(), k_new.bfloat16(), v_new.bfloat16(), pool, ctx)
     k_cache[:, new_slots], v_cache[:, new_slots] = k_new.transpose(0, 1), v_new.transpose(0, 1)
     for row, (start, n) in enumerate(zip(starts, lengths, strict=True)):
         keys = k_cache[:, start : start + n]  # [kv_heads, n, dim]

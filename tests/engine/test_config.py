@@ -1,23 +1,17 @@
-"""Engine settings: the KV budget from the environment, validation, pool sizing."""
+"""Engine settings: validation, "auto" weights resolved for the device, pool sizing."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from transformers import LlamaForCausalLM
 
-from engine.config import KV_CACHE_ENV, EngineConfig, kv_cache_mb_from_env
-from engine.model_runner import kv_bytes_per_block
+from engine import EngineConfig, PagedEngine, WeightChoice, resolve_engine_config
+from engine.linear import fbgemm_supported
+from engine.native_library import load_library
 from tests.engine.conftest import make_core
-
-
-def test_kv_budget_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(KV_CACHE_ENV, raising=False)
-    assert kv_cache_mb_from_env(64) == 64
-    monkeypatch.setenv(KV_CACHE_ENV, "256")
-    assert kv_cache_mb_from_env() == 256
-    monkeypatch.setenv(KV_CACHE_ENV, "lots")
-    with pytest.raises(ValueError, match=KV_CACHE_ENV):
-        kv_cache_mb_from_env()
 
 
 def test_invalid_settings_are_refused() -> None:
@@ -27,10 +21,54 @@ def test_invalid_settings_are_refused() -> None:
         EngineConfig(max_num_seqs=64, max_batched_tokens=32)
     with pytest.raises(ValueError, match="dtype"):
         EngineConfig(dtype="int8")
+    with pytest.raises(ValueError, match="weights"):
+        EngineConfig(weights="int4")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("weights", "device", "expected"),
+    [
+        ("auto", "cpu", "int8" if load_library() or not fbgemm_supported() else "fp16"),
+        ("auto", "cuda", "float"),
+        ("float", "cpu", "float"),
+        ("int8", "cuda", "int8"),
+        ("w8a8", "cpu", "w8a8"),
+    ],
+)
+def test_weights_choice_and_device(weights: WeightChoice, device: str, expected: str) -> None:
+    config = resolve_engine_config(EngineConfig(weights=weights, kv_cache_mb=96), device)
+    assert config.weights == expected
+    assert config.kv_cache_mb == 96
+
+
+def test_auto_weights_fall_back_to_fp16_without_the_native_step(tmp_path: Path) -> None:
+    expected = "fp16" if fbgemm_supported() else "int8"
+    disabled = EngineConfig(weights="auto", native_decode=False)
+    assert resolve_engine_config(disabled, "cpu").weights == expected
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    unbuildable = EngineConfig(weights="auto", native_cache_dir=not_a_folder / "cache")
+    assert resolve_engine_config(unbuildable, "cpu").weights == expected
+
+
+def test_auto_weights_must_be_resolved_before_use() -> None:
+    with pytest.raises(ValueError, match="resolve_engine_config"):
+        EngineConfig(weights="auto").torch_dtype("cpu")
+
+
+def test_the_engine_resolves_auto_weights_itself(
+    make_engine: Callable[..., PagedEngine],
+) -> None:
+    engine = make_engine(weights="auto", native_decode=False)
+    expected = "fp16" if fbgemm_supported() else "int8"
+    assert engine.call(lambda core: core.config.weights) == expected
 
 
 def test_the_pool_fills_the_budget(tiny_model: LlamaForCausalLM) -> None:
     core = make_core(tiny_model, kv_cache_mb=2)
-    per_block = kv_bytes_per_block(core.runner.model.shape, 16, core.runner.model.dtype)
-    assert core.blocks.num_blocks == 2 * 1024 * 1024 // per_block
+    pool = core.runner.pool
+    per_block = pool.layout.bytes_per_block(16)
+    assert core.blocks.num_blocks == pool.num_blocks == 2 * 1024 * 1024 // per_block
+    allocated = sum(t.nbytes for layer in pool.layers for t in (layer.keys, layer.values))
+    assert allocated == pool.num_blocks * per_block
     assert core.metrics().kv_blocks_free == core.blocks.num_blocks

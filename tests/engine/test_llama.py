@@ -72,6 +72,11 @@ def test_unsupported_settings_are_refused() -> None:
 
 def test_model_dtype_follows_config(tiny_model: LlamaForCausalLM) -> None:
     core = make_core(tiny_model, dtype="bfloat16")
-    assert core.runner.kv_cache[0][0].dtype == torch.bfloat16
+    model = core.runner.model
+    assert model.dtype == model.embed.dtype == model.layers[0].input_norm.dtype == torch.bfloat16
+    assert all(
+        cache.keys.dtype == cache.values.dtype == torch.bfloat16
+        for cache in core.runner.pool.layers
+    )
     core.add_request("r", random_prompt(20, 1), PARAMS)
     assert len(run_core(core)["r"]) == PARAMS.max_tokens

@@ -5,9 +5,21 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 import torch
 
-from engine import ChatMessage, GenerationRequest, PagedEngine, SamplingParams, TokenDelta
+from engine import (
+    ChatMessage,
+    EngineConfig,
+    GenerationRequest,
+    PagedEngine,
+    SamplingParams,
+    TokenDelta,
+    default_model_source,
+    paged_engine,
+)
+from engine.linear import fbgemm_supported
+from engine.native_library import load_library
 
 QUESTION = (ChatMessage("user", "List the days of the week."),)
 
@@ -74,3 +86,25 @@ def test_stop_string_and_logprobs_through_the_chat_api(chat_engine: PagedEngine)
     assert all(lp.logprob <= 0 and len(lp.top) == 2 for lp in logprobs)
     assert chat_engine.count_prompt_tokens(QUESTION) == deltas[-1].prompt_tokens
     assert chat_engine.call(lambda core: core.blocks.counts().used) == 0
+
+
+def test_load_resolves_auto_weights_for_the_device(
+    smollm2: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    requested: list[torch.dtype] = []
+
+    def already_loaded(_source: Any, dtype: torch.dtype) -> tuple[Any, Any]:
+        requested.append(dtype)
+        return smollm2
+
+    monkeypatch.setattr(paged_engine, "load_pretrained", already_loaded)
+    config = EngineConfig(kv_cache_mb=16, weights="auto", num_threads=1)
+    engine = PagedEngine.load(default_model_source(), device="cpu", config=config)
+    try:
+        expected = "int8" if load_library() or not fbgemm_supported() else "fp16"
+        assert engine.call(lambda core: core.config.weights) == expected
+        assert requested == [torch.float32]  # compact weights start from full precision
+        deltas = run(engine, GenerationRequest("a", QUESTION, SamplingParams(max_tokens=4)))
+        assert deltas[-1].completion_tokens == 4
+    finally:
+        engine.close()

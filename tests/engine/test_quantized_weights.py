@@ -26,8 +26,9 @@ from engine.linear import (
     quantize_int8,
     quantize_int8_groups,
 )
-from engine.llama import PagedLlama, UnsupportedModel, standalone_prefill_logits
+from engine.llama import PagedLlama, UnsupportedModel
 from engine.smoothing import CalibrationMissing, layer_scales
+from engine.standalone import standalone_prefill_logits
 from tests.engine.conftest import hf_greedy, make_core, random_prompt, run_core, tiny_llama
 
 PARAMS = SamplingParams(max_tokens=10, ignore_eos=True)
@@ -66,6 +67,19 @@ def test_int8_scales_follow_groups_of_features_where_they_divide() -> None:
 def test_dense_mode_keeps_tied_embeddings_shared() -> None:
     linear = make_linear(torch.randn(8, 4), None, torch.float32, "float")
     assert isinstance(linear, DenseLinear)
+    model = PagedLlama(
+        tiny_llama(seed=6, tie_word_embeddings=True), torch.device("cpu"), torch.float32
+    )
+    head = model.lm_head
+    assert isinstance(head, DenseLinear)
+    assert head.weight.data_ptr() == model.embed.data_ptr()  # one tensor, not a copy
+    x = torch.randn(2, 64)
+    before = head(x)
+    with torch.no_grad():
+        model.embed[5] += 1.0
+    changed = head(x) - before
+    torch.testing.assert_close(changed[:, 5], x.sum(dim=1))  # the edit shows in the head
+    assert changed[:, :5].abs().max() == 0 and changed[:, 6:].abs().max() == 0
 
 
 needs_fbgemm = pytest.mark.skipif(not fbgemm_supported(), reason="this PyTorch has no fbgemm")
