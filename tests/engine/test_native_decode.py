@@ -129,13 +129,21 @@ def test_native_engine_decodes_like_the_pytorch_engine(monkeypatch: pytest.Monke
 
 
 @needs_compiler
-def test_native_decode_steps_use_every_thread() -> None:
+def test_native_decode_steps_use_every_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    native_threads: list[int] = []
+    step = NativeDecoder.step
+
+    def record(decoder: NativeDecoder, *args: Any) -> torch.Tensor:
+        native_threads.append(args[-1])
+        return step(decoder, *args)
+
+    monkeypatch.setattr(NativeDecoder, "step", record)
     core = make_core(tiny_llama(seed=9), weights="int8", kv_cache_mb=8, num_threads=2)
     core.add_request("a", random_prompt(3, seed=1), SamplingParams(max_tokens=3, ignore_eos=True))
     core.step()  # a 3-token prefill: one thread
-    assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == 1 and native_threads == []
     core.step()  # one decode, native: the whole step in one parallel region
-    assert torch.get_num_threads() == 2
+    assert torch.get_num_threads() == 2 and native_threads == [2]
 
 
 def test_disabled_or_without_compiler_the_engine_keeps_its_pytorch_path(
@@ -159,6 +167,8 @@ def test_float_weights_never_take_the_native_path() -> None:
     model = PagedLlama(tiny_llama(seed=11), torch.device("cpu"), torch.float32, "float")
     _, sequence = decode_once(model, random_prompt(8, seed=4), 3)
     assert sequence.runner.native is None
+    for dtype in ("float32", "bfloat16"):  # nor in the engine, in either KV dtype
+        assert make_core(tiny_llama(seed=11), dtype=dtype, kv_cache_mb=8).runner.native is None
 
 
 @needs_compiler
