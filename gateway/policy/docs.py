@@ -120,7 +120,7 @@ def _type(prop: dict[str, Any], defs: dict[str, Any]) -> str:
         return "mapping" if target.get("type") == "object" else _type(target, defs)
     if "anyOf" in prop:
         return " or ".join(_type(option, defs) for option in prop["anyOf"])
-    kind = prop.get("type", "any")
+    kind = str(prop.get("type", "any"))
     if kind == "array":
         return f"list of {_type(prop.get('items', {}), defs)}"
     return {"object": "mapping", "null": "null"}.get(kind, kind)

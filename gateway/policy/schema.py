@@ -270,12 +270,16 @@ def _model_in(annotation: Any) -> Any:
 
 
 def _child(node: yaml.Node | None, part: str | int) -> yaml.Node | None:
+    # PyYAML types a node's `value` as Any: a mapping holds (key, value) node pairs, a
+    # sequence holds nodes.
     if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
+        pairs: list[tuple[yaml.Node, yaml.Node]] = node.value
+        for key, value in pairs:
             if key.value == part:
                 return value
     if isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-        return node.value[part]
+        items: list[yaml.Node] = node.value
+        return items[part]
     return None
 
 
@@ -304,7 +308,8 @@ def _key_node(root: yaml.Node | None, loc: tuple[Any, ...]) -> yaml.Node | None:
         return None
     parent = _node_at(root, loc[:-1])
     if isinstance(parent, yaml.MappingNode):
-        for key, _ in parent.value:
+        pairs: list[tuple[yaml.Node, yaml.Node]] = parent.value
+        for key, _ in pairs:
             if key.value == loc[-1]:
                 return key
     return None
