@@ -21,7 +21,7 @@ DEFAULT_KV_CACHE_MB = 512
 
 # A weight format, or "auto": the fastest faithful one for the device
 # (`resolve_engine_config`).
-WeightChoice = Literal["auto", "fp16", "w8a8", "int8", "float"]
+WeightChoice = Literal["auto", WeightFormat]
 WEIGHT_CHOICES: tuple[WeightChoice, ...] = get_args(WeightChoice)
 
 
