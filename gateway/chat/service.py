@@ -10,7 +10,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -23,6 +23,7 @@ from engine import (
     TokenDelta,
 )
 from gateway.audit.log import AuditEntry
+from gateway.chat.prompt import engine_messages
 from gateway.chat.schemas import ChatCompletionRequest, Message
 from gateway.http.errors import ApiError, guardrail_block
 from gateway.services import PolicyRuntime, Services
@@ -31,10 +32,9 @@ from guardrails import (
     ToolSpec,
     Verdict,
     extract_tool_calls,
-    tool_prompt,
     validate_tool_calls,
 )
-from retrieval import RetrievedChunk, format_context, select_for_prompt
+from retrieval import RetrievedChunk, select_for_prompt
 
 
 @dataclass
@@ -81,6 +81,15 @@ class Answer:
     completion_tokens: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Screened:
+    """A request's texts as the input guardrails let them through."""
+
+    texts: list[str]  # one per message, redacted
+    query: str  # the last user message, redacted: what retrieval searches for
+    restorable: dict[str, str]  # placeholders the answer may turn back into originals
+
+
 class ChatService:
     """Runs one chat request through every stage of the request path."""
 
@@ -89,29 +98,64 @@ class ChatService:
         self._runtime = runtime
 
     async def prepare(self, body: ChatCompletionRequest, entry: AuditEntry) -> PreparedChat:
-        runtime = self._runtime
-        policy = runtime.loaded.policy
-        engine = self._services.engine
-        entry.policy_version = runtime.loaded.version
-        entry.model = engine.model_id
+        """Check `body` against the policy, screen it, retrieve its sources and build the
+        engine request; every check that refuses it raises `ApiError`."""
+        policy = self._runtime.loaded.policy
+        self._record_request(body, entry)
+        self._check_model(body)
+        max_tokens = self._check_limits(body)
+        tools = self._check_tools(body)
+        self._check_context([ChatMessage("user", m.text) for m in body.messages], max_tokens)
+        screened = await self._screen_input(body, entry)
+        chunks = await asyncio.to_thread(self._retrieve, entry, screened.query)
+        messages = engine_messages(
+            policy.model.system_prompt,
+            body.messages,
+            screened.texts,
+            chunks,
+            tools,
+        )
+        self._record_prompt(entry, body.messages, screened.texts, chunks)
+        generation = self._generation(body, entry, messages, max_tokens)
+        self._check_context(generation.messages, max_tokens)
+        return PreparedChat(
+            completion_id=f"chatcmpl-{uuid.uuid4().hex}",
+            created=int(time.time()),
+            model=self._services.engine.model_id,
+            generation=generation,
+            tools=tools,
+            chunks=chunks,
+            entry=entry,
+            stream_window=policy.output.stream_window_chars,
+            restorable=screened.restorable,
+        )
+
+    def _record_request(self, body: ChatCompletionRequest, entry: AuditEntry) -> None:
+        entry.policy_version = self._runtime.loaded.version
+        entry.model = self._services.engine.model_id
         entry.end_user = body.user
-        if body.model not in (None, "", engine.model_id):
+
+    def _check_model(self, body: ChatCompletionRequest) -> None:
+        model_id = self._services.engine.model_id
+        if body.model not in (None, "", model_id):
             raise ApiError(
                 404,
-                f"The model '{body.model}' does not exist. Available: {engine.model_id}.",
+                f"The model '{body.model}' does not exist. Available: {model_id}.",
                 code="model_not_found",
                 param="model",
             )
-        max_tokens = body.max_completion_tokens or body.max_tokens or policy.model.max_tokens
-        if max_tokens > policy.model.max_tokens:
+
+    def _check_limits(self, body: ChatCompletionRequest) -> int:
+        """The answer's token budget, once it and the temperature are within the policy."""
+        limits = self._runtime.loaded.policy.model
+        max_tokens = body.max_completion_tokens or body.max_tokens or limits.max_tokens
+        if max_tokens > limits.max_tokens:
             raise ApiError(
                 400,
-                f"max_tokens is {max_tokens}, above this policy's limit of "
-                f"{policy.model.max_tokens}.",
+                f"max_tokens is {max_tokens}, above this policy's limit of {limits.max_tokens}.",
                 param="max_tokens",
                 code="invalid_value",
             )
-        limits = policy.model
         if not limits.min_temperature <= body.temperature <= limits.max_temperature:
             raise ApiError(
                 400,
@@ -120,6 +164,11 @@ class ChatService:
                 param="temperature",
                 code="invalid_value",
             )
+        return max_tokens
+
+    def _check_tools(self, body: ChatCompletionRequest) -> list[ToolSpec]:
+        """The tools the request declares, once the policy allows each of them."""
+        limits = self._runtime.loaded.policy.model
         tools = self._declared_tools(body)
         if tools and not limits.allow_tools:
             raise ApiError(400, "Tools are not allowed by this policy.", param="tools")
@@ -132,12 +181,24 @@ class ChatService:
                     param="tools",
                     code="tool_not_allowed",
                 )
+        return tools
 
+    def _check_context(self, messages: Sequence[ChatMessage], max_tokens: int) -> None:
+        """Refuse a prompt that leaves no room for `max_tokens` in the context window;
+        run once on the bare texts, before sources are added, and once on the prompt."""
+        engine = self._services.engine
+        tokens = engine.count_prompt_tokens(messages)
+        if tokens + max_tokens > engine.context_window:
+            raise _context_error(ContextLengthExceeded(tokens, max_tokens, engine.context_window))
+
+    async def _screen_input(self, body: ChatCompletionRequest, entry: AuditEntry) -> _Screened:
+        """Run the input guardrails over every message; a blocking verdict refuses it."""
         texts = [m.text for m in body.messages]
-        self._refuse_beyond_context(texts, max_tokens)
         last_user = next((m.text for m in reversed(body.messages) if m.role == "user"), "")
         roles = [m.role for m in body.messages]
-        checked = await asyncio.to_thread(runtime.input_guardrails.check, texts, last_user, roles)
+        checked = await asyncio.to_thread(
+            self._runtime.input_guardrails.check, texts, last_user, roles
+        )
         entry.verdicts.extend(checked.verdicts)
         if checked.blocking is not None:
             entry.outcome = "blocked"
@@ -151,14 +212,29 @@ class ChatService:
             ),
             "",
         )
-        chunks = await asyncio.to_thread(self._retrieve, entry, redacted_query)
-        messages = self._engine_messages(body.messages, redacted, chunks, tools)
+        return _Screened(redacted, redacted_query, dict(checked.restorable))
+
+    def _record_prompt(
+        self,
+        entry: AuditEntry,
+        messages: list[Message],
+        texts: list[str],
+        chunks: list[RetrievedChunk],
+    ) -> None:
         entry.chunk_ids = [c.chunk_id for c in chunks]
         entry.details["documents"] = sorted({c.document_id for c in chunks})
-        entry.store_content = policy.audit.store_content
+        entry.store_content = self._runtime.loaded.policy.audit.store_content
         entry.prompt_text = "\n".join(
-            f"{m.role}: {text}" for m, text in zip(body.messages, redacted, strict=True)
+            f"{m.role}: {text}" for m, text in zip(messages, texts, strict=True)
         )
+
+    @staticmethod
+    def _generation(
+        body: ChatCompletionRequest,
+        entry: AuditEntry,
+        messages: list[ChatMessage],
+        max_tokens: int,
+    ) -> GenerationRequest:
         sampling = SamplingParams(
             max_tokens=max_tokens,
             temperature=body.temperature,
@@ -166,35 +242,12 @@ class ChatService:
             seed=body.seed,
             stop=body.stop_sequences,
         )
-        generation = GenerationRequest(
+        return GenerationRequest(
             request_id=entry.request_id,
             messages=tuple(messages),
             sampling=sampling,
             cache_salt=entry.tenant or "",
         )
-        prompt_tokens = engine.count_prompt_tokens(generation.messages)
-        if prompt_tokens + max_tokens > engine.context_window:
-            error = ContextLengthExceeded(prompt_tokens, max_tokens, engine.context_window)
-            raise ApiError(400, str(error), param="messages", code="context_length_exceeded")
-        return PreparedChat(
-            completion_id=f"chatcmpl-{uuid.uuid4().hex}",
-            created=int(time.time()),
-            model=engine.model_id,
-            generation=generation,
-            tools=tools,
-            chunks=chunks,
-            entry=entry,
-            stream_window=policy.output.stream_window_chars,
-            restorable=dict(checked.restorable),
-        )
-
-    def _refuse_beyond_context(self, texts: list[str], max_tokens: int) -> None:
-        """A request that cannot fit even before sources are added is refused at once."""
-        engine = self._services.engine
-        tokens = engine.count_prompt_tokens([ChatMessage("user", t) for t in texts])
-        if tokens + max_tokens > engine.context_window:
-            error = ContextLengthExceeded(tokens, max_tokens, engine.context_window)
-            raise ApiError(400, str(error), param="messages", code="context_length_exceeded")
 
     async def stream_text(self, chat: PreparedChat) -> AsyncIterator[str]:
         """Answer text as the engine produces it, PII-filtered with a held-back window.
@@ -245,7 +298,7 @@ class ChatService:
                 headers={"retry-after": str(max(1, round(exc.retry_after_s)))},
             ) from exc
         except ContextLengthExceeded as exc:
-            raise ApiError(400, str(exc), param="messages", code="context_length_exceeded") from exc
+            raise _context_error(exc) from exc
 
     async def complete(self, chat: PreparedChat) -> Answer:
         """Run the engine to the end, then apply the output checks once, to the whole
@@ -326,37 +379,6 @@ class ChatService:
         # The prompt numbers sources in this order; citations must use the same numbers.
         return select_for_prompt(kept)
 
-    def _engine_messages(
-        self,
-        messages: list[Message],
-        texts: list[str],
-        chunks: list[RetrievedChunk],
-        tools: list[ToolSpec],
-    ) -> list[ChatMessage]:
-        # Stable parts first (policy prompt, tools, sources) so prompts share prefixes.
-        policy = self._runtime.loaded.policy
-        system_parts = [policy.model.system_prompt]
-        if tools:
-            system_parts.append(tool_prompt(tools))
-        context = format_context(chunks)
-        if context:
-            system_parts.append(context)
-        conversation: list[ChatMessage] = []
-        for message, text in zip(messages, texts, strict=True):
-            if message.role in ("system", "developer"):
-                system_parts.append(text)
-            elif message.role == "assistant" and message.tool_calls:
-                calls = "".join(
-                    _tool_call_markup(c.function.name, c.function.arguments)
-                    for c in message.tool_calls
-                )
-                conversation.append(ChatMessage("assistant", text + calls))
-            else:
-                role = "tool" if message.role == "tool" else message.role
-                conversation.append(ChatMessage(role, text))  # type: ignore[arg-type]
-        system = ChatMessage("system", "\n\n".join(p for p in system_parts if p))
-        return [system, *conversation]
-
     @staticmethod
     def _declared_tools(body: ChatCompletionRequest) -> list[ToolSpec]:
         if not body.tools or body.tool_choice == "none":
@@ -371,10 +393,9 @@ class ChatService:
         ]
 
 
+def _context_error(exc: ContextLengthExceeded) -> ApiError:
+    return ApiError(400, str(exc), param="messages", code="context_length_exceeded")
+
+
 def _reason(verdict: Verdict) -> str:
     return "; ".join(verdict.evidence) or verdict.check
-
-
-def _tool_call_markup(name: str, arguments: str) -> str:
-    """A past tool call, written back in the format the model is told to use."""
-    return f'<tool_call>{{"name": {json.dumps(name)}, "arguments": {arguments}}}</tool_call>'

@@ -45,13 +45,55 @@ class PolicyStatus:
     error: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class _LoadedEntry(Generic[R]):
+    """A policy file's active version, the runtime built from it, and when it was loaded."""
+
+    loaded: LoadedPolicy
+    runtime: R
+    loaded_at: str
+
+
 @dataclass(frozen=True)
 class _Snapshot(Generic[R]):
-    by_path: dict[Path, tuple[LoadedPolicy, R, str]] = field(default_factory=dict)
+    by_path: dict[Path, _LoadedEntry[R]] = field(default_factory=dict)
     by_tenant: dict[str, R] = field(default_factory=dict)
     by_key: dict[str, R] = field(default_factory=dict)
     errors: dict[Path, str] = field(default_factory=dict)
     fingerprint: tuple[tuple[str, int, int], ...] = ()
+
+
+@dataclass
+class _Reload(Generic[R]):
+    """What one reload builds from the `old` snapshot: entries, errors, changes to report."""
+
+    old: _Snapshot[R]
+    actor: str
+    by_path: dict[Path, _LoadedEntry[R]] = field(default_factory=dict)
+    errors: dict[Path, str] = field(default_factory=dict)
+    changes: list[PolicyChange] = field(default_factory=list)
+
+    def keep_last_good(self, path: Path, error: str) -> None:
+        """Record why `path` failed; its last good version, if any, stays active."""
+        self.errors[path] = error
+        previous = self.old.by_path.get(path)
+        if previous is not None:
+            self.by_path[path] = previous
+
+    def report_removed(self) -> None:
+        """A change for each policy whose file is gone from the folder."""
+        for path, entry in self.old.by_path.items():
+            if path not in self.by_path and not path.exists():
+                self.changes.append(
+                    PolicyChange(
+                        path,
+                        entry.loaded.policy.name,
+                        entry.loaded.version,
+                        None,
+                        "file removed",
+                        self.actor,
+                    )
+                )
 
 
 class NoPolicyError(LookupError):
@@ -90,7 +132,7 @@ class PolicyRegistry(Generic[R]):
         return self._snapshot.by_tenant.get(tenant)
 
     def loaded(self) -> list[LoadedPolicy]:
-        return [loaded for loaded, _, _ in self._snapshot.by_path.values()]
+        return [entry.loaded for entry in self._snapshot.by_path.values()]
 
     def status(self) -> list[PolicyStatus]:
         snapshot = self._snapshot
@@ -101,9 +143,9 @@ class PolicyRegistry(Generic[R]):
             result.append(
                 PolicyStatus(
                     path=str(path),
-                    name=entry[0].policy.name if entry else None,
-                    version=entry[0].version if entry else None,
-                    loaded_at=entry[2] if entry else None,
+                    name=entry.loaded.policy.name if entry else None,
+                    version=entry.loaded.version if entry else None,
+                    loaded_at=entry.loaded_at if entry else None,
                     error=snapshot.errors.get(path),
                 )
             )
@@ -113,84 +155,70 @@ class PolicyRegistry(Generic[R]):
         """Re-read the folder if any file changed; return what changed."""
         with self._reload_lock:
             fingerprint = self._fingerprint()
-            old = self._snapshot
-            if fingerprint == old.fingerprint and not force:
+            if fingerprint == self._snapshot.fingerprint and not force:
                 return []
-            by_path: dict[Path, tuple[LoadedPolicy, R, str]] = {}
-            errors: dict[Path, str] = {}
-            changes: list[PolicyChange] = []
+            state = _Reload(self._snapshot, actor)
             for path in sorted(self._folder.glob("*.yaml")):
-                previous = old.by_path.get(path)
-                try:
-                    loaded = load_policy(path)
-                except PolicyError as exc:
-                    errors[path] = str(exc)
-                    if previous is not None:
-                        by_path[path] = previous  # the last good version stays active
-                    if old.errors.get(path) != errors[path]:
-                        self.reload_failures += 1
-                        log.error("policy.reload_failed", path=str(path), error=str(exc))
-                        changes.append(
-                            PolicyChange(
-                                path,
-                                previous[0].policy.name if previous else None,
-                                previous[0].version if previous else None,
-                                None,
-                                str(exc),
-                                actor,
-                            )
-                        )
-                    continue
-                if previous is not None and previous[0].version == loaded.version:
-                    by_path[path] = previous
-                    continue
-                try:
-                    runtime = self._build(loaded)
-                except Exception as exc:  # a valid file the guardrails cannot honour
-                    errors[path] = f"{path}: {exc}"
-                    if previous is not None:
-                        by_path[path] = previous
-                    self.reload_failures += 1
-                    log.error("policy.build_failed", path=str(path), error=str(exc))
-                    changes.append(
-                        PolicyChange(
-                            path,
-                            loaded.policy.name,
-                            previous[0].version if previous else None,
-                            None,
-                            errors[path],
-                            actor,
-                        )
-                    )
-                    continue
-                by_path[path] = (loaded, runtime, utc_now().isoformat())
-                old_version = previous[0].version if previous else None
-                changes.append(
-                    PolicyChange(path, loaded.policy.name, old_version, loaded.version, None, actor)
-                )
-                log.info("policy.loaded", path=str(path), version=loaded.version[:12])
-            for path, (loaded, _, _) in old.by_path.items():
-                if path not in by_path and not path.exists():
-                    changes.append(
-                        PolicyChange(
-                            path, loaded.policy.name, loaded.version, None, "file removed", actor
-                        )
-                    )
-            by_tenant, by_key = self._bindings(by_path, errors)
-            self._snapshot = _Snapshot(by_path, by_tenant, by_key, errors, fingerprint)
-        for change in changes:
+                self._load_file(state, path)
+            state.report_removed()
+            self._snapshot = self._rebind(state, fingerprint)
+        for change in state.changes:
             if self._on_change is not None:
                 self._on_change(change)
-        return changes
+        return state.changes
+
+    def _load_file(self, state: _Reload[R], path: Path) -> None:
+        """Bring `path` into `state`: reused if unchanged, else loaded and built."""
+        previous = state.old.by_path.get(path)
+        old_version = previous.loaded.version if previous else None
+        try:
+            loaded = load_policy(path)
+        except PolicyError as exc:
+            state.keep_last_good(path, str(exc))
+            if state.old.errors.get(path) != str(exc):  # the same error is reported once
+                name = previous.loaded.policy.name if previous else None
+                change = PolicyChange(path, name, old_version, None, str(exc), state.actor)
+                self._report_failure(state, change, "policy.reload_failed", exc)
+            return
+        if previous is not None and previous.loaded.version == loaded.version:
+            state.by_path[path] = previous
+            return
+        try:
+            runtime = self._build(loaded)
+        except Exception as exc:  # a valid file the guardrails cannot honour
+            error = f"{path}: {exc}"
+            state.keep_last_good(path, error)
+            change = PolicyChange(path, loaded.policy.name, old_version, None, error, state.actor)
+            self._report_failure(state, change, "policy.build_failed", exc)
+            return
+        state.by_path[path] = _LoadedEntry(loaded, runtime, utc_now().isoformat())
+        state.changes.append(
+            PolicyChange(path, loaded.policy.name, old_version, loaded.version, None, state.actor)
+        )
+        log.info("policy.loaded", path=str(path), version=loaded.version[:12])
+
+    def _report_failure(
+        self, state: _Reload[R], change: PolicyChange, event: str, exc: Exception
+    ) -> None:
+        self.reload_failures += 1
+        log.error(event, path=str(change.path), error=str(exc))
+        state.changes.append(change)
+
+    def _rebind(
+        self, state: _Reload[R], fingerprint: tuple[tuple[str, int, int], ...]
+    ) -> _Snapshot[R]:
+        """The snapshot of `state`'s entries, with their tenants and keys bound."""
+        by_tenant, by_key = self._bindings(state.by_path, state.errors)
+        return _Snapshot(state.by_path, by_tenant, by_key, state.errors, fingerprint)
 
     def _bindings(
-        self, by_path: dict[Path, tuple[LoadedPolicy, R, str]], errors: dict[Path, str]
+        self, by_path: dict[Path, _LoadedEntry[R]], errors: dict[Path, str]
     ) -> tuple[dict[str, R], dict[str, R]]:
         by_tenant: dict[str, R] = {}
         by_key: dict[str, R] = {}
         owners: dict[tuple[str, str], Path] = {}
-        for path, (loaded, runtime, _) in sorted(by_path.items()):
-            binding = loaded.policy.applies_to
+        for path, entry in sorted(by_path.items()):
+            binding = entry.loaded.policy.applies_to
             for kind, names, table in (
                 ("tenant", binding.tenants, by_tenant),
                 ("key", binding.keys, by_key),
@@ -204,7 +232,7 @@ class PolicyRegistry(Generic[R]):
                         )
                         continue
                     owners[(kind, name)] = path
-                    table[name] = runtime
+                    table[name] = entry.runtime
         return by_tenant, by_key
 
     def _fingerprint(self) -> tuple[tuple[str, int, int], ...]:
