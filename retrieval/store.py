@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy import delete, func, select
@@ -261,9 +262,14 @@ def _info(doc: Document, chunks: int) -> DocumentInfo:
         version=doc.version,
         content_hash=doc.content_hash,
         chunks=chunks,
-        created_at=doc.created_at,
-        ingested_at=doc.ingested_at,
+        created_at=_utc(doc.created_at),
+        ingested_at=_utc(doc.ingested_at) if doc.ingested_at else None,
     )
+
+
+def _utc(moment: datetime) -> datetime:
+    """SQLite keeps no offset: its times were stored in UTC."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _supported_files(paths: Sequence[Path]) -> list[Path]:

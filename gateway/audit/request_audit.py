@@ -10,21 +10,23 @@ records the entry itself, before its closing events.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+import structlog
 from litestar import Litestar
-from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from litestar.types import ASGIApp, HTTPResponseStartEvent, Message, Receive, Scope, Send
+from sqlalchemy.exc import OperationalError
 
+from gateway.audit.chain import AuditWriteError
 from gateway.audit.log import AuditEntry, AuditLog
+from gateway.http.errors import ApiError, database_unavailable
 from gateway.http.metrics import GatewayMetrics
 from gateway.http.request_context import request_id_of
 
-if TYPE_CHECKING:
-    from gateway.http.errors import ApiError
-
+log = structlog.get_logger(__name__)
 _STATE_KEY = "bastion_request_audit"
 
 
@@ -62,8 +64,8 @@ def note_error(scope: Scope, error: ApiError) -> None:
 def audit_every_request(endpoint: str) -> Callable[[ASGIApp], ASGIApp]:
     """Route middleware: one audit record for every request to `endpoint`.
 
-    A record that cannot be written raises from `send`, before anything was sent, so the
-    client gets the database's 503 instead of an unaudited answer.
+    When the record cannot be written, the answer is withheld and the client gets the
+    database's 503 instead: nothing is answered that could not be audited.
     """
 
     def middleware(app: ASGIApp) -> ASGIApp:
@@ -77,16 +79,24 @@ def audit_every_request(endpoint: str) -> Callable[[ASGIApp], ASGIApp]:
                 started=time.perf_counter(),
             )
             scope["state"][_STATE_KEY] = pending
-            recorded = False
+            recorded = withheld = False
 
             async def send_after_recording(message: Message) -> None:
-                nonlocal recorded
+                nonlocal recorded, withheld
+                if withheld:
+                    return
                 if message["type"] == "http.response.start" and not recorded:
                     recorded = True
                     if not pending.streamed:
                         pending.entry.status_code = message["status"]
-                        state = Litestar.from_scope(scope).state
-                        await pending.write(state.services.audit, state.metrics)
+                        try:
+                            state = Litestar.from_scope(scope).state
+                            await pending.write(state.services.audit, state.metrics)
+                        except (OperationalError, AuditWriteError):
+                            log.exception("audit.request_unrecorded")
+                            withheld = True
+                            await _send_error(send, database_unavailable())
+                            return
                 await send(message)
 
             await app(scope, receive, send_after_recording)
@@ -94,3 +104,16 @@ def audit_every_request(endpoint: str) -> Callable[[ASGIApp], ASGIApp]:
         return audited
 
     return middleware
+
+
+async def _send_error(send: Send, error: ApiError) -> None:
+    body = json.dumps(error.body()).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    headers += [(name.encode(), value.encode()) for name, value in error.headers.items()]
+    start: HTTPResponseStartEvent = {
+        "type": "http.response.start",
+        "status": error.status,
+        "headers": headers,
+    }
+    await send(start)
+    await send({"type": "http.response.body", "body": body, "more_body": False})

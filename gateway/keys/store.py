@@ -51,6 +51,7 @@ def hash_key(secret: str) -> str:
 
 
 def _aware(moment: datetime) -> datetime:
+    """SQLite keeps no offset: its times were stored in UTC."""
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
@@ -167,8 +168,8 @@ def _info(row: ApiKey) -> KeyInfo:
         prefix=row.prefix,
         tenant=row.tenant,
         role=row.role,
-        created_at=row.created_at,
-        expires_at=row.expires_at,
+        created_at=_aware(row.created_at),
+        expires_at=_aware(row.expires_at) if row.expires_at else None,
         revoked=row.revoked_at is not None,
         requests_per_minute=row.requests_per_minute,
         tokens_per_minute=row.tokens_per_minute,
