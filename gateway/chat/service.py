@@ -26,7 +26,8 @@ from gateway.audit.log import AuditEntry
 from gateway.chat.prompt import engine_messages
 from gateway.chat.schemas import ChatCompletionRequest, Message
 from gateway.http.errors import ApiError, guardrail_block
-from gateway.services import PolicyRuntime, Services
+from gateway.policy.runtime import PolicyRuntime
+from gateway.services import Services
 from guardrails import (
     StreamingRedactor,
     ToolSpec,
