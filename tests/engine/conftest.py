@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,16 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from engine import EngineConfig, PagedEngine, SamplingParams, resolve_engine_config
+from engine import (
+    ChatMessage,
+    Engine,
+    EngineConfig,
+    GenerationRequest,
+    PagedEngine,
+    SamplingParams,
+    TokenDelta,
+    resolve_engine_config,
+)
 from engine.core import EngineCore, StepOutput
 from engine.llama import PagedLlama
 from engine.model_runner import ModelRunner
@@ -139,6 +149,16 @@ def make_engine(tiny_model: LlamaForCausalLM) -> Iterator[Callable[..., PagedEng
 
 
 GREEDY = SamplingParams(max_tokens=12, ignore_eos=True)
+QUESTION = (ChatMessage("user", "List the days of the week."),)
+
+
+def collect_deltas(engine: Engine, request: GenerationRequest) -> list[TokenDelta]:
+    """Every delta of `request`'s stream, gathered synchronously."""
+
+    async def collect() -> list[TokenDelta]:
+        return [delta async for delta in engine.stream(request)]
+
+    return asyncio.run(collect())
 
 
 LoadLibrary = Callable[..., Any]

@@ -20,15 +20,7 @@ from engine import (
 )
 from engine.linear import fbgemm_supported
 from engine.native_library import load_library
-
-QUESTION = (ChatMessage("user", "List the days of the week."),)
-
-
-def run(engine: PagedEngine, request: GenerationRequest) -> list[TokenDelta]:
-    async def collect() -> list[TokenDelta]:
-        return [delta async for delta in engine.stream(request)]
-
-    return asyncio.run(collect())
+from tests.engine.conftest import QUESTION, collect_deltas
 
 
 def test_greedy_chat_equals_transformers_generate(
@@ -72,11 +64,13 @@ def test_greedy_chat_equals_transformers_generate(
 
 
 def test_stop_string_and_logprobs_through_the_chat_api(chat_engine: PagedEngine) -> None:
-    full = run(chat_engine, GenerationRequest("f", QUESTION, SamplingParams(max_tokens=30)))
+    full = collect_deltas(
+        chat_engine, GenerationRequest("f", QUESTION, SamplingParams(max_tokens=30))
+    )
     text = "".join(d.text for d in full)
     word = text.split()[3]
     params = SamplingParams(max_tokens=30, stop=(word,), logprobs=True, top_logprobs=2)
-    deltas = run(chat_engine, GenerationRequest("s", QUESTION, params))
+    deltas = collect_deltas(chat_engine, GenerationRequest("s", QUESTION, params))
     stopped = "".join(d.text for d in deltas)
     assert word not in stopped
     assert text.startswith(stopped)
@@ -104,7 +98,9 @@ def test_load_resolves_auto_weights_for_the_device(
         expected = "int8" if load_library() or not fbgemm_supported() else "fp16"
         assert engine.call(lambda core: core.config.weights) == expected
         assert requested == [torch.float32]  # compact weights start from full precision
-        deltas = run(engine, GenerationRequest("a", QUESTION, SamplingParams(max_tokens=4)))
+        deltas = collect_deltas(
+            engine, GenerationRequest("a", QUESTION, SamplingParams(max_tokens=4))
+        )
         assert deltas[-1].completion_tokens == 4
     finally:
         engine.close()

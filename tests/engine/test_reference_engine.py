@@ -8,26 +8,18 @@ import pytest
 import torch
 
 from engine import (
-    ChatMessage,
     ContextLengthExceeded,
     GenerationRequest,
     SamplingParams,
-    TokenDelta,
     TransformersEngine,
 )
-
-QUESTION = (ChatMessage("user", "List the days of the week."),)
-
-
-def run(engine: TransformersEngine, request: GenerationRequest) -> list[TokenDelta]:
-    async def collect() -> list[TokenDelta]:
-        return [delta async for delta in engine.stream(request)]
-
-    return asyncio.run(collect())
+from tests.engine.conftest import QUESTION, collect_deltas
 
 
 def test_greedy_output_equals_transformers_generate(hf_chat_engine: TransformersEngine) -> None:
-    deltas = run(hf_chat_engine, GenerationRequest("g", QUESTION, SamplingParams(max_tokens=20)))
+    deltas = collect_deltas(
+        hf_chat_engine, GenerationRequest("g", QUESTION, SamplingParams(max_tokens=20))
+    )
     ours = "".join(d.text for d in deltas)
     tokenizer, model = hf_chat_engine._tokenizer, hf_chat_engine._model
     prompt = tokenizer.apply_chat_template(
@@ -51,7 +43,9 @@ def test_greedy_output_equals_transformers_generate(hf_chat_engine: Transformers
 
 
 def test_max_tokens_ends_with_length(hf_chat_engine: TransformersEngine) -> None:
-    deltas = run(hf_chat_engine, GenerationRequest("l", QUESTION, SamplingParams(max_tokens=3)))
+    deltas = collect_deltas(
+        hf_chat_engine, GenerationRequest("l", QUESTION, SamplingParams(max_tokens=3))
+    )
     assert deltas[-1].finish_reason == "length"
     assert deltas[-1].completion_tokens == 3
 
@@ -59,12 +53,12 @@ def test_max_tokens_ends_with_length(hf_chat_engine: TransformersEngine) -> None
 def test_stop_string_ends_the_answer_before_it(hf_chat_engine: TransformersEngine) -> None:
     full = "".join(
         d.text
-        for d in run(
+        for d in collect_deltas(
             hf_chat_engine, GenerationRequest("f", QUESTION, SamplingParams(max_tokens=30))
         )
     )
     word = full.split()[3]
-    deltas = run(
+    deltas = collect_deltas(
         hf_chat_engine,
         GenerationRequest("s", QUESTION, SamplingParams(max_tokens=30, stop=(word,))),
     )
@@ -76,8 +70,12 @@ def test_stop_string_ends_the_answer_before_it(hf_chat_engine: TransformersEngin
 
 def test_seeded_sampling_is_reproducible(hf_chat_engine: TransformersEngine) -> None:
     params = SamplingParams(max_tokens=12, temperature=0.9, seed=42)
-    first = "".join(d.text for d in run(hf_chat_engine, GenerationRequest("a", QUESTION, params)))
-    second = "".join(d.text for d in run(hf_chat_engine, GenerationRequest("b", QUESTION, params)))
+    first = "".join(
+        d.text for d in collect_deltas(hf_chat_engine, GenerationRequest("a", QUESTION, params))
+    )
+    second = "".join(
+        d.text for d in collect_deltas(hf_chat_engine, GenerationRequest("b", QUESTION, params))
+    )
     assert first == second
 
 
@@ -96,7 +94,9 @@ def test_closing_the_stream_stops_generation(hf_chat_engine: TransformersEngine)
 
     assert asyncio.run(take_two_then_close()) == 2
     # The worker is free again: a new request completes promptly.
-    deltas = run(hf_chat_engine, GenerationRequest("n", QUESTION, SamplingParams(max_tokens=2)))
+    deltas = collect_deltas(
+        hf_chat_engine, GenerationRequest("n", QUESTION, SamplingParams(max_tokens=2))
+    )
     assert deltas[-1].completion_tokens == 2
 
 
@@ -105,4 +105,4 @@ def test_prompt_beyond_context_is_refused(hf_chat_engine: TransformersEngine) ->
         "x", QUESTION, SamplingParams(max_tokens=hf_chat_engine.context_window)
     )
     with pytest.raises(ContextLengthExceeded, match="maximum context length"):
-        run(hf_chat_engine, request)
+        collect_deltas(hf_chat_engine, request)
