@@ -108,6 +108,7 @@ class W8A8Linear:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         h = x.float()
+        out: torch.Tensor
         if h.shape[0] == 1:  # one token: fbgemm's range is already its own
             out = _linear_dynamic(h, self.packed, self.reduce_range)
         else:
@@ -135,7 +136,7 @@ class Fp16Linear:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.dense is not None and x.shape[0] > FP16_KERNEL_MAX_ROWS:
             return F.linear(x, self.dense, self.bias)
-        out = _linear_dynamic_fp16(x.float(), self.packed)
+        out: torch.Tensor = _linear_dynamic_fp16(x.float(), self.packed)
         if self.bias is not None:
             out = out + self.bias
         return out.to(self.out_dtype or x.dtype)

@@ -237,7 +237,7 @@ class PagedLlama:
             qkv = layer.qkv(x)
             # Q and K heads sit side by side in the fused output: rotate them in one go.
             qk = _rotate(qkv[:, : q_size + kv_size].view(num_tokens, qk_heads, head_dim), cos, sin)
-            q, k = qk.split((shape.num_heads, shape.num_kv_heads), dim=1)
+            q, k = torch.split(qk, [shape.num_heads, shape.num_kv_heads], dim=1)
             v = qkv[:, q_size + kv_size :].view(num_tokens, shape.num_kv_heads, head_dim)
             attn = paged_attention(q, k, v, cache, ctx)
             hidden = hidden + layer.o(attn)

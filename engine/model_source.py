@@ -57,6 +57,7 @@ def load_pretrained(source: ModelSource, dtype: Any) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     kwargs: dict[str, Any] = {"gguf_file": source.gguf_file} if source.gguf_file else {}
-    tokenizer = AutoTokenizer.from_pretrained(str(source.folder), **kwargs)
+    # transformers' loaders are untyped: their objects stay `Any` past this function.
+    tokenizer = AutoTokenizer.from_pretrained(str(source.folder), **kwargs)  # type: ignore[no-untyped-call]
     model = AutoModelForCausalLM.from_pretrained(str(source.folder), dtype=dtype, **kwargs)
-    return model.eval(), tokenizer
+    return model.eval(), tokenizer  # type: ignore[no-untyped-call]

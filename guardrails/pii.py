@@ -108,7 +108,7 @@ def _make_email_recognizer_offline() -> None:
     """Point presidio's email validation at a tldextract that never fetches the suffix list."""
     extractor = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
     # email_recognizer calls `tldextract.extract(...)` through its module global.
-    email_recognizer.tldextract = types.SimpleNamespace(extract=extractor)  # type: ignore[assignment]
+    email_recognizer.tldextract = types.SimpleNamespace(extract=extractor)  # type: ignore[assignment, attr-defined]
 
 
 @functools.lru_cache(maxsize=1)

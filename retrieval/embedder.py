@@ -220,4 +220,7 @@ def _numpy(tensor: object) -> npt.NDArray[np.float32]:
 def _normalised_tokens(matrix: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     # Padding is cut off already; what is left is [CLS] ... [SEP].
     matrix = matrix[1:-1] if len(matrix) > 2 else matrix
-    return matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
+    norms = np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
+    # numpy's hints widen float32 / float32 to float64; the division keeps float32, so
+    # asarray returns the same array.
+    return np.asarray(matrix / norms, dtype=np.float32)

@@ -5,12 +5,13 @@ itself: tests/engine/test_config.py)."""
 from __future__ import annotations
 
 import os
+from typing import get_args
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from engine import resolve_engine_config
+from engine import WeightChoice, resolve_engine_config
 from gateway.services import engine_config
 from gateway.settings import Settings
 
@@ -33,9 +34,10 @@ def test_kv_cache_setting_is_read_from_the_environment(monkeypatch: pytest.Monke
     default = engine_config(Settings()).kv_cache_mb
     monkeypatch.setenv("BASTION_KV_CACHE_MB", "64")
     assert engine_config(Settings()).kv_cache_mb == 64 != default
-    monkeypatch.setenv("BASTION_KV_CACHE_MB", "8")
-    with pytest.raises(ValidationError, match="kv_cache_mb"):
-        Settings()
+    for refused in ("8", "lots"):
+        monkeypatch.setenv("BASTION_KV_CACHE_MB", refused)
+        with pytest.raises(ValidationError, match="kv_cache_mb"):
+            Settings()
 
 
 def test_native_decode_settings_reach_the_engine(
@@ -46,6 +48,15 @@ def test_native_decode_settings_reach_the_engine(
     monkeypatch.setenv("BASTION_NATIVE_CACHE_DIR", str(tmp_path))
     config = engine_config(Settings())
     assert config.native_decode is False and config.native_cache_dir == tmp_path
+
+
+def test_the_weights_setting_offers_what_the_engine_accepts() -> None:
+    """Settings keeps its own list (importing the engine would load PyTorch for every
+    CLI command); this keeps the two the same."""
+    offered = get_args(Settings.model_fields["engine_weights"].annotation)
+    accepted = get_args(WeightChoice)
+    flattened = {name for part in accepted for name in (get_args(part) or (part,))}
+    assert set(offered) == flattened
 
 
 def test_unknown_weights_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
