@@ -5,8 +5,8 @@ itself: tests/engine/test_config.py)."""
 from __future__ import annotations
 
 import os
-from typing import get_args
 from pathlib import Path
+from typing import get_args
 
 import pytest
 from pydantic import ValidationError
