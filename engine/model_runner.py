@@ -7,6 +7,8 @@ decode step (engine/native_decode.py) where it runs the model, everything else t
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 
 from engine.attention import AttentionContext, PrefillChunk
@@ -23,6 +25,31 @@ from engine.types import TokenLogprob
 # against 52-53 on one thread) while it made 16 decodes 1.2-1.6x and prefill-heavy steps
 # 1.4-1.9x faster (bench/engine.py).
 SHARED_STEP_MIN_TOKENS = 8
+
+
+@dataclass
+class StepInputs:
+    """One step's tensors, and which batch entries sample a token (in logit-row order)."""
+
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    ctx: AttentionContext
+    logit_rows: torch.Tensor
+    samplers: list[int]
+
+
+@dataclass
+class _StepParts:
+    """What `prepare` gathers entry by entry before it makes the tensors."""
+
+    ids: list[int] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
+    slots: list[torch.Tensor] = field(default_factory=list)
+    decode_tables: list[list[int]] = field(default_factory=list)
+    decode_lengths: list[int] = field(default_factory=list)
+    prefills: list[PrefillChunk] = field(default_factory=list)
+    logit_rows: list[int] = field(default_factory=list)
+    samplers: list[int] = field(default_factory=list)
 
 
 class ModelRunner:
@@ -66,55 +93,71 @@ class ModelRunner:
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> list[tuple[int, TokenLogprob | None] | None]:
         """Forward the batch; one sampled token per entry that reached its last token."""
-        ids: list[int] = []
-        positions: list[int] = []
-        slot_parts: list[torch.Tensor] = []
-        decode_tables: list[list[int]] = []
-        decode_lengths: list[int] = []
-        prefills: list[PrefillChunk] = []
-        logit_rows: list[int] = []
-        samplers: list[int] = []
+        step = self.prepare(batch)
+        self._set_threads(len(step.input_ids), decodes=step.ctx.num_decodes > 0)
+        logits = self.run_model(step.input_ids, step.positions, step.ctx, step.logit_rows)
+        return self._sample(batch, step.samplers, logits)
+
+    def prepare(self, batch: ScheduledBatch) -> StepInputs:
+        """The step's tensors: each entry's tokens, positions and K/V slots, and the rows
+        whose logits are sampled."""
+        parts = _StepParts()
         for index, (seq, n) in enumerate(batch.entries):
             start = seq.num_computed_tokens
             end = start + n
-            row = len(ids)
-            ids.extend(seq.token_ids[start:end])
-            positions.extend(range(start, end))
+            row = len(parts.ids)
+            parts.ids.extend(seq.token_ids[start:end])
+            parts.positions.extend(range(start, end))
             if n == 1:
-                decode_tables.append(seq.block_table)
-                decode_lengths.append(end)
-                slot = seq.block_table[start // self.block_size] * self.block_size
-                slot_parts.append(torch.tensor([slot + start % self.block_size]))
+                self._add_decode(parts, seq.block_table, start)
             else:
-                new_slots = self._slots(seq.block_table, start, end)
-                slot_parts.append(new_slots)
-                if start == 0:
-                    prefills.append(PrefillChunk(row, n, None, None))
-                else:
-                    context = self._slots(seq.block_table, 0, end)
-                    q_pos = torch.arange(start, end, device=self.device)
-                    k_pos = torch.arange(end, device=self.device)
-                    mask = k_pos[None, :] <= q_pos[:, None]
-                    prefills.append(PrefillChunk(row, n, context, mask))
+                self._add_prefill_chunk(parts, seq.block_table, start, end, row)
             if end == seq.num_tokens:
-                logit_rows.append(row + n - 1)
-                samplers.append(index)
+                parts.logit_rows.append(row + n - 1)
+                parts.samplers.append(index)
+        return self._tensors(parts)
+
+    def _add_decode(self, parts: _StepParts, block_table: list[int], position: int) -> None:
+        parts.decode_tables.append(block_table)
+        parts.decode_lengths.append(position + 1)
+        slot = block_table[position // self.block_size] * self.block_size
+        parts.slots.append(torch.tensor([slot + position % self.block_size]))
+
+    def _add_prefill_chunk(
+        self, parts: _StepParts, block_table: list[int], start: int, end: int, row: int
+    ) -> None:
+        parts.slots.append(self._slots(block_table, start, end))
+        if start == 0:
+            parts.prefills.append(PrefillChunk(row, end, None, None))
+            return
+        context = self._slots(block_table, 0, end)
+        q_pos = torch.arange(start, end, device=self.device)
+        k_pos = torch.arange(end, device=self.device)
+        mask = k_pos[None, :] <= q_pos[:, None]
+        parts.prefills.append(PrefillChunk(row, end - start, context, mask))
+
+    def _tensors(self, parts: _StepParts) -> StepInputs:
         ctx = AttentionContext(
-            slot_mapping=torch.cat(slot_parts).to(self.device),
-            num_decodes=len(decode_tables),
+            slot_mapping=torch.cat(parts.slots).to(self.device),
+            num_decodes=len(parts.decode_tables),
             decode_slots=None,
             decode_mask=None,
-            prefills=tuple(prefills),
+            prefills=tuple(parts.prefills),
         )
-        if decode_tables:
-            ctx = self._with_decodes(ctx, decode_tables, decode_lengths)
-        self._set_threads(len(ids), native=bool(decode_tables) and self.native is not None)
-        logits = self.run_model(
-            torch.tensor(ids, dtype=torch.long, device=self.device),
-            torch.tensor(positions, dtype=torch.long, device=self.device),
-            ctx,
-            torch.tensor(logit_rows, dtype=torch.long, device=self.device),
+        if parts.decode_tables:
+            ctx = self._with_decodes(ctx, parts.decode_tables, parts.decode_lengths)
+        return StepInputs(
+            input_ids=torch.tensor(parts.ids, dtype=torch.long, device=self.device),
+            positions=torch.tensor(parts.positions, dtype=torch.long, device=self.device),
+            ctx=ctx,
+            logit_rows=torch.tensor(parts.logit_rows, dtype=torch.long, device=self.device),
+            samplers=parts.samplers,
         )
+
+    @staticmethod
+    def _sample(
+        batch: ScheduledBatch, samplers: list[int], logits: torch.Tensor
+    ) -> list[tuple[int, TokenLogprob | None] | None]:
         results: list[tuple[int, TokenLogprob | None] | None] = [None] * len(batch.entries)
         if samplers:
             seqs = [batch.entries[i][0] for i in samplers]
@@ -157,12 +200,13 @@ class ModelRunner:
         )
         return logits
 
-    def _set_threads(self, num_tokens: int, native: bool) -> None:
+    def _set_threads(self, num_tokens: int, decodes: bool) -> None:
         """One thread for a small step, `threads` for a larger one or one with native
         decodes, whose one parallel region shares even a single row's weights well (this
         thread only)."""
         if self.threads is None:
             return
+        native = decodes and self.native is not None
         wanted = self.threads if native or num_tokens >= SHARED_STEP_MIN_TOKENS else 1
         if torch.get_num_threads() != wanted:
             torch.set_num_threads(wanted)

@@ -10,7 +10,7 @@ from litestar import Router, get
 from litestar.di import Dependency, Provide
 from litestar.params import FromPath, FromQuery, QueryParameter
 from litestar.response import Stream
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from gateway.audit.chain import verify_chain
 from gateway.audit.query import AuditFilter, export_lines, page, read_record
@@ -29,6 +29,10 @@ class AuditPage(BaseModel):
 
 
 class ChainVerification(BaseModel):
+    """What `verify_chain` reports."""
+
+    model_config = ConfigDict(from_attributes=True)
+
     ok: bool
     records: int
     first_seq: int
@@ -123,14 +127,7 @@ async def export_audit_records(
 @get("/verify", responses=errors())
 async def verify_audit_chain(services: ServicesDep) -> ChainVerification:
     report = await asyncio.to_thread(verify_chain, services.sessions)
-    return ChainVerification(
-        ok=report.ok,
-        records=report.records,
-        first_seq=report.first_seq,
-        head_seq=report.head_seq,
-        head_hash=report.head_hash,
-        problems=report.problems,
-    )
+    return ChainVerification.model_validate(report)
 
 
 AUDIT_ROUTER = Router(

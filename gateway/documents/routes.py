@@ -12,7 +12,7 @@ from litestar.connection import ASGIConnection
 from litestar.datastructures import UploadFile
 from litestar.handlers import BaseRouteHandler
 from litestar.params import FromPath, FromQuery, JSONBody, MultipartBody
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gateway.audit.admin_request import audit_admin_request
 from gateway.http.auth import ADMIN_ROLES, CHAT_ROLES, IdentityDep, ServicesDep, require_roles
@@ -20,7 +20,7 @@ from gateway.http.body import require_json
 from gateway.http.errors import ApiError
 from gateway.http.openapi_docs import BEARER_SECURITY, errors
 from gateway.policy.runtime import policy_for
-from retrieval import DocumentInfo, RetrievedChunk, UnsupportedDocumentError
+from retrieval import DocumentInfo, UnsupportedDocumentError
 
 MAX_UPLOAD_BYTES = 20 * 1024 * 1024
 
@@ -37,6 +37,10 @@ class SearchRequest(BaseModel):
 
 
 class SearchHit(BaseModel):
+    """A `RetrievedChunk` as the API shows it."""
+
+    model_config = ConfigDict(from_attributes=True)
+
     document_id: str
     chunk_id: int
     title: str
@@ -49,21 +53,10 @@ class SearchHit(BaseModel):
     score: float
     text: str
 
+    @field_validator("score")
     @classmethod
-    def of(cls, chunk: RetrievedChunk) -> SearchHit:
-        return cls(
-            document_id=chunk.document_id,
-            chunk_id=chunk.chunk_id,
-            title=chunk.title,
-            source=chunk.source,
-            collection=chunk.collection,
-            section=chunk.section,
-            page=chunk.page,
-            char_start=chunk.char_start,
-            char_end=chunk.char_end,
-            score=round(chunk.score, 4),
-            text=chunk.text,
-        )
+    def _rounded(cls, score: float) -> float:
+        return round(score, 4)
 
 
 class SearchResults(BaseModel):
@@ -139,7 +132,7 @@ async def search_documents(
         )
     except ValueError as exc:
         raise ApiError(400, str(exc), param="collections", code="invalid_value") from exc
-    return SearchResults(data=[SearchHit.of(c) for c in chunks])
+    return SearchResults(data=[SearchHit.model_validate(c) for c in chunks])
 
 
 @post(
