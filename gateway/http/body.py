@@ -19,7 +19,6 @@ _NOT_JSON = (
     "We could not parse the JSON body of your request. (HINT: This likely means you "
     "aren't using your HTTP library correctly. The OpenAI API expects a JSON payload.)"
 )
-_TOO_DEEP = "The JSON body is nested too deeply."
 
 
 async def require_json(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
@@ -40,11 +39,14 @@ def body_error(request: Request[Any, Any, Any], exc: HTTPException) -> ApiError 
     if isinstance(exc, LitestarValidationError):
         return _validation_error(request, exc)
     if isinstance(exc, ClientException) and isinstance(exc.__cause__, SerializationException):
-        message = (
-            _NOT_JSON if "nest" not in str(exc).lower() else "The JSON body is nested too deeply."
-        )
-        return ApiError(400, message, code="invalid_json")
+        return ApiError(400, _NOT_JSON, code="invalid_json")
     return None
+
+
+def nesting_error() -> ApiError:
+    """A body nested past what the parser and validator can walk (they raise
+    RecursionError): the client's problem, not the server's."""
+    return ApiError(400, "The JSON body is nested too deeply.", code="invalid_json")
 
 
 def _validation_error(request: Request[Any, Any, Any], exc: LitestarValidationError) -> ApiError:

@@ -13,7 +13,7 @@ from sqlalchemy.exc import OperationalError
 
 from gateway.audit.chain import AuditWriteError
 from gateway.audit.request_audit import note_error
-from gateway.http.body import body_error
+from gateway.http.body import body_error, nesting_error
 from gateway.http.errors import ApiError, database_unavailable
 
 log = structlog.get_logger(__name__)
@@ -46,10 +46,7 @@ def http_exception_handler(request: Request[Any, Any, Any], exc: HTTPException) 
 
 
 def nesting_error_handler(request: Request[Any, Any, Any], exc: RecursionError) -> Response[Any]:
-    """A body nested past what the parser and validator can walk: the client's problem."""
-    return api_error_handler(
-        request, ApiError(400, "The JSON body is nested too deeply.", code="invalid_json")
-    )
+    return api_error_handler(request, nesting_error())
 
 
 def database_error_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
