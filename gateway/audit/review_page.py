@@ -9,7 +9,7 @@ from pathlib import Path
 from litestar import Response, Router, get
 from litestar.params import FromPath
 
-from gateway.http.errors import ApiError
+from gateway.http.errors import not_found
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 PAGE = "audit-review.html"
@@ -42,7 +42,7 @@ async def review_page() -> Response[bytes]:
 async def review_asset(name: FromPath[str]) -> Response[bytes]:
     media_type = ASSET_TYPES.get(name)
     if media_type is None:
-        raise ApiError(404, f"No asset {name!r}.", type="not_found_error", code="not_found")
+        raise not_found(f"No asset {name!r}.")
     return Response(_asset(name), media_type=media_type, headers=SECURITY_HEADERS)
 
 

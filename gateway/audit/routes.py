@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from gateway.audit.chain import verify_chain
 from gateway.audit.query import AuditFilter, export_lines, page, read_record
 from gateway.http.auth import AUDIT_ROLES, IdentityDep, ServicesDep, require_roles
-from gateway.http.errors import ApiError
+from gateway.http.errors import ApiError, not_found
 from gateway.http.openapi_docs import BEARER_SECURITY, errors
 
 MAX_PAGE = 500
@@ -99,13 +99,7 @@ async def get_audit_record(
 ) -> dict[str, Any]:
     found = await asyncio.to_thread(read_record, services.sessions, seq, identity.tenant)
     if found is None:
-        raise ApiError(
-            404,
-            f"No audit record {seq} in your tenant.",
-            type="not_found_error",
-            code="not_found",
-            param="seq",
-        )
+        raise not_found(f"No audit record {seq} in your tenant.", "seq")
     return found
 
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from gateway.audit.admin_request import audit_admin_request
 from gateway.http.auth import ADMIN_ROLES, CHAT_ROLES, IdentityDep, ServicesDep, require_roles
 from gateway.http.body import require_json
-from gateway.http.errors import ApiError
+from gateway.http.errors import ApiError, not_found
 from gateway.http.openapi_docs import BEARER_SECURITY, errors
 from gateway.policy.runtime import policy_for
 from retrieval import DocumentInfo, UnsupportedDocumentError
@@ -84,16 +84,6 @@ class DocumentList(BaseModel):
 class DeletedDocument(BaseModel):
     id: str
     deleted: bool = True
-
-
-def _not_found(document_id: FromPath[str]) -> ApiError:
-    return ApiError(
-        404,
-        f"No document '{document_id}' in your tenant.",
-        type="not_found_error",
-        code="not_found",
-        param="document_id",
-    )
 
 
 async def _require_multipart(
@@ -193,7 +183,7 @@ async def get_document(
 ) -> DocumentInfo:
     found = await asyncio.to_thread(services.store.get_document, identity.tenant, document_id)
     if found is None:
-        raise _not_found(document_id)
+        raise not_found(f"No document '{document_id}' in your tenant.", "document_id")
     return found
 
 
@@ -211,7 +201,7 @@ async def delete_document(
 ) -> DeletedDocument:
     deleted = await asyncio.to_thread(services.store.delete_document, identity.tenant, document_id)
     if not deleted:
-        raise _not_found(document_id)
+        raise not_found(f"No document '{document_id}' in your tenant.", "document_id")
     await audit_admin_request(
         request, services, identity, "admin.document_deleted", document=document_id
     )

@@ -43,6 +43,12 @@ def unauthorized(message: str) -> ApiError:
     return ApiError(401, message, code="invalid_api_key", headers={"www-authenticate": "Bearer"})
 
 
+def not_found(message: str, param: str | None = None) -> ApiError:
+    """No such object for this caller: the same 404 whether it is absent or another
+    tenant's."""
+    return ApiError(404, message, type="not_found_error", code="not_found", param=param)
+
+
 def guardrail_block(check: str, reason: str) -> ApiError:
     """A request a guardrail refused; retrying the same request cannot succeed."""
     return ApiError(

@@ -13,9 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from gateway.audit.admin_request import audit_admin_request
 from gateway.http.auth import ADMIN_ROLES, IdentityDep, ServicesDep, require_roles
 from gateway.http.body import require_json
-from gateway.http.errors import ApiError
+from gateway.http.errors import not_found
 from gateway.http.openapi_docs import BEARER_SECURITY, errors
-from gateway.keys.store import KeyInfo, create_key, list_keys, revoke_key, rotate_key
+from gateway.keys.store import create_key, list_keys, revoke_key, rotate_key
 
 MAX_LIMIT = 2**31 - 1  # the largest value an INTEGER column holds in PostgreSQL too
 
@@ -57,7 +57,11 @@ class NewKey(BaseModel):
 
 
 class KeyView(BaseModel):
-    id: str
+    """A `KeyInfo` as the API lists it (never the secret)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str = Field(validation_alias="key_id")
     prefix: str
     tenant: str
     role: str
@@ -66,20 +70,6 @@ class KeyView(BaseModel):
     revoked: bool
     requests_per_minute: int | None
     tokens_per_minute: int | None
-
-    @classmethod
-    def of(cls, info: KeyInfo) -> KeyView:
-        return cls(
-            id=info.key_id,
-            prefix=info.prefix,
-            tenant=info.tenant,
-            role=info.role,
-            created_at=info.created_at,
-            expires_at=info.expires_at,
-            revoked=info.revoked,
-            requests_per_minute=info.requests_per_minute,
-            tokens_per_minute=info.tokens_per_minute,
-        )
 
 
 class KeyList(BaseModel):
@@ -90,16 +80,6 @@ class KeyList(BaseModel):
 class RevokedKey(BaseModel):
     id: str
     revoked: bool = True
-
-
-def _not_found(key_id: FromPath[str]) -> ApiError:
-    return ApiError(
-        404,
-        f"No active key '{key_id}' in your tenant.",
-        type="not_found_error",
-        code="not_found",
-        param="key_id",
-    )
 
 
 @post("/", status_code=201, guards=[require_json], responses=errors(400, 413, 415))
@@ -127,7 +107,7 @@ async def create_api_key(
 @get("/", responses=errors())
 async def list_api_keys(services: ServicesDep, identity: IdentityDep) -> KeyList:
     keys = await asyncio.to_thread(list_keys, services.sessions, identity.tenant)
-    return KeyList(data=[KeyView.of(k) for k in keys])
+    return KeyList(data=[KeyView.model_validate(k) for k in keys])
 
 
 @post(
@@ -151,7 +131,7 @@ async def rotate_api_key(
         timedelta(seconds=data.grace_seconds),
     )
     if rotated is None:
-        raise _not_found(key_id)
+        raise not_found(f"No active key '{key_id}' in your tenant.", "key_id")
     secret, new = rotated
     await audit_admin_request(
         request, services, identity, "admin.key_rotated", old_key=key_id, key=new.key_id
@@ -168,7 +148,7 @@ async def revoke_api_key(
 ) -> RevokedKey:
     revoked = await asyncio.to_thread(revoke_key, services.sessions, key_id, identity.tenant)
     if revoked is None:
-        raise _not_found(key_id)
+        raise not_found(f"No active key '{key_id}' in your tenant.", "key_id")
     await audit_admin_request(request, services, identity, "admin.key_revoked", key=key_id)
     return RevokedKey(id=key_id)
 

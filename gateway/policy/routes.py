@@ -6,12 +6,12 @@ import asyncio
 from typing import Literal
 
 from litestar import Router, get, post
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.audit.entries import key_actor
 from gateway.http.auth import ADMIN_ROLES, IdentityDep, ServicesDep, require_roles
 from gateway.http.openapi_docs import BEARER_SECURITY, errors
-from gateway.policy.registry import PolicyChange, PolicyStatus
+from gateway.policy.registry import PolicyStatus
 
 
 class PolicyStatusList(BaseModel):
@@ -21,19 +21,14 @@ class PolicyStatusList(BaseModel):
 
 
 class ChangeView(BaseModel):
-    policy: str | None
+    """A `PolicyChange` as the reload route reports it."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    policy: str | None = Field(validation_alias="name")
     old_version: str | None
     new_version: str | None
     error: str | None
-
-    @classmethod
-    def of(cls, change: PolicyChange) -> ChangeView:
-        return cls(
-            policy=change.name,
-            old_version=change.old_version,
-            new_version=change.new_version,
-            error=change.error,
-        )
 
 
 class ReloadResult(BaseModel):
@@ -55,7 +50,7 @@ async def policy_status(services: ServicesDep, identity: IdentityDep) -> PolicyS
 @post("/reload", status_code=200, responses=errors())
 async def reload_policies(services: ServicesDep, identity: IdentityDep) -> ReloadResult:
     changes = await asyncio.to_thread(services.policies.reload, key_actor(identity.key_id), True)
-    return ReloadResult(changes=[ChangeView.of(c) for c in changes])
+    return ReloadResult(changes=[ChangeView.model_validate(c) for c in changes])
 
 
 POLICY_ROUTER = Router(
