@@ -10,7 +10,7 @@ from litestar import Router, get
 from litestar.di import Dependency, Provide
 from litestar.params import FromPath, FromQuery, QueryParameter
 from litestar.response import Stream
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.audit.chain import verify_chain
 from gateway.audit.query import AuditFilter, export_lines, page, read_record
@@ -22,9 +22,44 @@ MAX_PAGE = 500
 MAX_CURSOR = 2**62
 
 
+class AuditRecordView(BaseModel):
+    """One record as reviewers read it: every column of `audit_records`, its text
+    decrypted (or `[erased]`), its time in the canonical form the chain hashes."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    id: int
+    seq: int
+    prev_hash: str
+    record_hash: str
+    event: str
+    request_id: str
+    created_at: str = Field(json_schema_extra={"format": "date-time"})
+    endpoint: str
+    tenant: str | None
+    key_id: str | None
+    end_user: str | None
+    policy_version: str | None
+    model: str | None
+    outcome: str
+    status_code: int
+    error_code: str | None
+    verdicts: list[dict[str, Any]]
+    chunk_ids: list[int]
+    prompt_tokens: int
+    completion_tokens: int
+    latency_ms: float
+    engine_ms: float
+    prompt_sha256: str | None
+    answer_sha256: str | None
+    prompt_text: str | None
+    answer_text: str | None
+    details: dict[str, Any]
+
+
 class AuditPage(BaseModel):
     object: Literal["list"] = "list"
-    data: list[dict[str, Any]]
+    data: list[AuditRecordView]
     next_cursor: int | None
 
 
@@ -90,17 +125,19 @@ async def list_audit_records(
     items, next_cursor = await asyncio.to_thread(
         page, services.sessions, audit_filter, cursor, limit or 100
     )
-    return AuditPage(data=items, next_cursor=next_cursor)
+    return AuditPage(
+        data=[AuditRecordView.model_validate(item) for item in items], next_cursor=next_cursor
+    )
 
 
 @get("/records/{seq:int}", responses=errors(400, 404))
 async def get_audit_record(
     seq: FromPath[int], services: ServicesDep, identity: IdentityDep
-) -> dict[str, Any]:
+) -> AuditRecordView:
     found = await asyncio.to_thread(read_record, services.sessions, seq, identity.tenant)
     if found is None:
         raise not_found(f"No audit record {seq} in your tenant.", "seq")
-    return found
+    return AuditRecordView.model_validate(found)
 
 
 @get("/export", responses=errors(400))
