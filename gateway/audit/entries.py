@@ -1,4 +1,5 @@
-"""One constructor for the audit entries of admin actions, whoever takes them.
+"""The constructors of audit entries that are not a chat request: admin actions, whoever
+takes them, and requests refused before a route ran.
 
 The conventions, the same over HTTP, from the CLI and from the policy watcher:
 - `request_id`: the HTTP request's own id (its `x-request-id`), so the action's record
@@ -15,7 +16,12 @@ import getpass
 import uuid
 from typing import Any
 
+from litestar.types import Scope
+
 from gateway.audit.log import AuditEntry
+from gateway.http.errors import ApiError
+from gateway.http.request_context import request_id_of
+from gateway.keys.store import KeyIdentity
 
 CLI_ENDPOINT = "cli"
 
@@ -53,3 +59,24 @@ def key_actor(key_id: str) -> str:
 
 def cli_actor() -> str:
     return f"cli:{getpass.getuser()}"
+
+
+def refusal_entry(
+    scope: Scope,
+    event: str,
+    outcome: str,
+    error: ApiError,
+    identity: KeyIdentity | None = None,
+) -> AuditEntry:
+    """The record of a request refused before any route ran it (a denied key, oversized
+    headers): under the request's id, naming the method and path."""
+    return AuditEntry(
+        request_id=request_id_of(scope),
+        endpoint=f"{scope.get('method', '')} {scope['path']}",
+        event=event,
+        tenant=identity.tenant if identity else None,
+        key_id=identity.key_id if identity else None,
+        outcome=outcome,
+        status_code=error.status,
+        error_code=error.code,
+    )

@@ -16,9 +16,9 @@ from litestar.di import Dependency, Provide
 from litestar.handlers import BaseRouteHandler
 from litestar.types import Guard
 
-from gateway.audit.log import AuditEntry
+from gateway.audit.entries import refusal_entry
 from gateway.http.errors import ApiError, unauthorized
-from gateway.http.request_context import bearer_token, request_id_of
+from gateway.http.request_context import bearer_token
 from gateway.keys.store import KeyIdentity, authenticate
 from gateway.services import Services
 
@@ -89,17 +89,7 @@ async def _audit_denial(
     identity: KeyIdentity | None,
     error: ApiError,
 ) -> None:
-    method = connection.scope.get("method", "")
-    entry = AuditEntry(
-        request_id=request_id_of(connection.scope),
-        endpoint=f"{method} {connection.url.path}",
-        event="auth.denied",
-        tenant=identity.tenant if identity else None,
-        key_id=identity.key_id if identity else None,
-        outcome="denied",
-        status_code=error.status,
-        error_code=error.code,
-    )
+    entry = refusal_entry(connection.scope, "auth.denied", "denied", error, identity)
     await asyncio.to_thread(services.audit.record, entry)
 
 

@@ -88,3 +88,15 @@ def _pydantic_cause(exc: BaseException) -> ValidationError | None:
             return cause
         cause = cause.__cause__
     return None
+
+
+def raised_reading_the_request(exc: BaseException) -> bool:
+    """Whether `exc` came from Litestar turning the request into handler parameters (its
+    kwargs extraction or signature validation, which run msgspec and pydantic)."""
+    frame = exc.__traceback__
+    while frame is not None:
+        module = frame.tb_frame.f_globals.get("__name__", "")
+        if module.startswith(("litestar._kwargs", "litestar._signature")):
+            return True
+        frame = frame.tb_next
+    return False

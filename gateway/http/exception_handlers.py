@@ -13,7 +13,7 @@ from sqlalchemy.exc import OperationalError
 
 from gateway.audit.chain import AuditWriteError
 from gateway.audit.request_audit import note_error
-from gateway.http.body import body_error, nesting_error
+from gateway.http.body import body_error, nesting_error, raised_reading_the_request
 from gateway.http.errors import ApiError, database_unavailable
 
 log = structlog.get_logger(__name__)
@@ -46,7 +46,11 @@ def http_exception_handler(request: Request[Any, Any, Any], exc: HTTPException) 
 
 
 def nesting_error_handler(request: Request[Any, Any, Any], exc: RecursionError) -> Response[Any]:
-    return api_error_handler(request, nesting_error())
+    """A 400 when Litestar hit the limit reading or validating the body; anywhere else a
+    recursion is the server's own bug."""
+    if raised_reading_the_request(exc):
+        return api_error_handler(request, nesting_error())
+    return internal_error_handler(request, exc)
 
 
 def database_error_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:

@@ -11,9 +11,8 @@ import asyncio
 from litestar import Litestar
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from gateway.audit.log import AuditEntry
+from gateway.audit.entries import refusal_entry
 from gateway.http.errors import ApiError
-from gateway.http.request_context import request_id_of
 from gateway.services import Services
 
 MAX_HEADER_BYTES = 32 * 1024  # as nginx's default large_client_header_buffers (4 x 8k)
@@ -40,13 +39,6 @@ async def _refuse(scope: Scope, size: int) -> None:
     )
     services: Services | None = Litestar.from_scope(scope).state.get("services")
     if services is not None:
-        entry = AuditEntry(
-            request_id=request_id_of(scope),
-            endpoint=f"{scope.get('method', '')} {scope['path']}",
-            event="request.rejected",
-            outcome="rejected",
-            status_code=error.status,
-            error_code=error.code,
-        )
+        entry = refusal_entry(scope, "request.rejected", "rejected", error)
         await asyncio.to_thread(services.audit.record, entry)
     raise error
