@@ -17,7 +17,7 @@ from gateway.chat.stream import AnswerStream
 from gateway.http.auth import CHAT_ROLES, IdentityDep, ServicesDep, require_roles
 from gateway.http.body import require_json
 from gateway.http.openapi_docs import BEARER_SECURITY, errors
-from gateway.limits.quotas import admit_guard, charge_tokens
+from gateway.limits.quotas import admit_guard
 from gateway.policy.runtime import policy_for
 
 CHAT_PATH = "/v1/chat/completions"
@@ -45,9 +45,7 @@ async def chat_completions(
     audit = _request_audit(request)
     entry = audit.entry
     entry.tenant, entry.key_id = identity.tenant, identity.key_id
-    runtime = policy_for(services.policies, identity)
-    limits = runtime.loaded.policy.rate_limits
-    service = ChatService(services, runtime)
+    service = ChatService(services, policy_for(services.policies, identity))
     chat = await service.prepare(data, entry)
     if data.stream:
         # Wait for the first text before the response starts, so that a refusal by
@@ -58,11 +56,10 @@ async def chat_completions(
         stream = AnswerStream(
             service,
             chat,
-            services,
             identity,
-            limits,
-            request.app.state.metrics,
             audit,
+            services.audit,
+            request.app.state.metrics,
             data.include_usage,
             texts,
             first,
@@ -73,9 +70,7 @@ async def chat_completions(
             headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
         )
     answer = await service.complete(chat)
-    charge_tokens(
-        services.limiter, identity, limits, answer.prompt_tokens + answer.completion_tokens
-    )
+    await service.charge(identity, chat)
     overhead = (time.perf_counter() - audit.started) * 1000 - entry.engine_ms
     return Response(
         completion_body(chat, answer),

@@ -26,6 +26,8 @@ from gateway.audit.log import AuditEntry
 from gateway.chat.prompt import engine_messages
 from gateway.chat.schemas import ChatCompletionRequest, Message
 from gateway.http.errors import ApiError, guardrail_block
+from gateway.keys.store import KeyIdentity
+from gateway.limits.quotas import charge_tokens
 from gateway.policy.runtime import PolicyRuntime
 from gateway.services import Services
 from guardrails import (
@@ -97,6 +99,12 @@ class ChatService:
     def __init__(self, services: Services, runtime: PolicyRuntime) -> None:
         self._services = services
         self._runtime = runtime
+
+    async def charge(self, identity: KeyIdentity, chat: PreparedChat) -> None:
+        """Charge the answer's tokens to the caller's token budgets."""
+        used = chat.entry.prompt_tokens + chat.entry.completion_tokens
+        limits = self._runtime.loaded.policy.rate_limits
+        await asyncio.to_thread(charge_tokens, self._services.limiter, identity, limits, used)
 
     async def prepare(self, body: ChatCompletionRequest, entry: AuditEntry) -> PreparedChat:
         """Check `body` against the policy, screen it, retrieve its sources and build the

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -12,15 +11,13 @@ import structlog
 from sqlalchemy.exc import OperationalError
 
 from gateway.audit.chain import AuditWriteError
+from gateway.audit.log import AuditLog
 from gateway.audit.request_audit import RequestAudit
 from gateway.chat.openai_format import chunk_body, sse, usage_chunk_body
 from gateway.chat.service import Answer, ChatService, PreparedChat
 from gateway.http.errors import ApiError, database_unavailable
 from gateway.http.metrics import GatewayMetrics
 from gateway.keys.store import KeyIdentity
-from gateway.limits.quotas import charge_tokens
-from gateway.policy.schema import RateLimits
-from gateway.services import Services
 
 log = structlog.get_logger(__name__)
 
@@ -32,11 +29,10 @@ class AnswerStream:
 
     service: ChatService
     chat: PreparedChat
-    services: Services
     identity: KeyIdentity
-    limits: RateLimits
-    metrics: GatewayMetrics
     audit: RequestAudit
+    audit_log: AuditLog
+    metrics: GatewayMetrics
     with_usage: bool
     texts: AsyncIterator[str]
     first: str | None
@@ -105,9 +101,5 @@ class AnswerStream:
 
     async def _record(self) -> None:
         self.recorded = True
-        entry = self.chat.entry
-        used = entry.prompt_tokens + entry.completion_tokens
-        await asyncio.to_thread(
-            charge_tokens, self.services.limiter, self.identity, self.limits, used
-        )
-        await self.audit.write(self.services.audit, self.metrics)
+        await self.service.charge(self.identity, self.chat)
+        await self.audit.write(self.audit_log, self.metrics)
