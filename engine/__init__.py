@@ -3,6 +3,7 @@
 from engine.base import Engine
 from engine.config import DEFAULT_KV_CACHE_MB, EngineConfig, WeightChoice, resolve_engine_config
 from engine.core import EngineMetrics
+from engine.grammar import COMPILE_TIMEOUT_S
 from engine.model_source import (
     ModelNotFound,
     ModelSource,
@@ -13,19 +14,27 @@ from engine.paged_engine import PagedEngine
 from engine.reference_engine import TransformersEngine
 from engine.types import (
     ChatMessage,
+    Constraint,
+    ConstraintError,
+    ConstraintKind,
     ContextLengthExceeded,
     EngineError,
     EngineOverloaded,
     FinishReason,
     GenerationRequest,
     SamplingParams,
+    TextLogprob,
     TokenDelta,
     TokenLogprob,
 )
 
 __all__ = [
+    "COMPILE_TIMEOUT_S",
     "DEFAULT_KV_CACHE_MB",
     "ChatMessage",
+    "Constraint",
+    "ConstraintError",
+    "ConstraintKind",
     "ContextLengthExceeded",
     "Engine",
     "EngineConfig",
@@ -38,6 +47,7 @@ __all__ = [
     "ModelSource",
     "PagedEngine",
     "SamplingParams",
+    "TextLogprob",
     "TokenDelta",
     "TokenLogprob",
     "TransformersEngine",

@@ -12,7 +12,8 @@ class Engine(Protocol):
     """An in-process model server: async, streaming, cancellable.
 
     Closing the iterator returned by `stream` (or cancelling the task that reads it)
-    stops the generation and frees what it held.
+    stops the generation and frees what it held. A request whose sampling carries a
+    constraint the engine cannot enforce raises `ConstraintError` before any token.
     """
 
     @property
@@ -22,6 +23,10 @@ class Engine(Protocol):
     def context_window(self) -> int: ...
 
     def count_prompt_tokens(self, messages: Sequence[ChatMessage]) -> int: ...
+
+    def count_text_tokens(self, text: str) -> int:
+        """Tokens of a raw prompt (`GenerationRequest.prompt`), without a chat template."""
+        ...
 
     def stream(self, request: GenerationRequest) -> AsyncIterator[TokenDelta]: ...
 

@@ -10,6 +10,7 @@ import torch
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
+from engine.grammar import GrammarState
 from engine.model_runner import ModelRunner
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
@@ -93,8 +94,14 @@ class EngineCore:
             )
 
     def add_request(
-        self, seq_id: str, prompt_ids: list[int], params: SamplingParams, cache_salt: str = ""
+        self,
+        seq_id: str,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        cache_salt: str = "",
+        grammar: GrammarState | None = None,
     ) -> Sequence:
+        """Queue a request; `grammar` constrains its answer (its `params.constraint`)."""
         self.check_fits(len(prompt_ids), params)
         if seq_id in self._seqs:
             raise EngineError(f"request id {seq_id!r} is already running")
@@ -103,7 +110,13 @@ class EngineCore:
             generator = torch.Generator(device="cpu")
             generator.manual_seed(params.seed if params.seed is not None else time.time_ns())
         seq = Sequence(
-            seq_id, list(prompt_ids), len(prompt_ids), params, cache_salt, generator=generator
+            seq_id,
+            list(prompt_ids),
+            len(prompt_ids),
+            params,
+            cache_salt,
+            generator=generator,
+            grammar=grammar,
         )
         self._seqs[seq_id] = seq
         self.scheduler.add(seq)
@@ -142,6 +155,9 @@ class EngineCore:
                 continue
             token, logprob = result
             finish = self._finish_reason(seq, token)
+            if finish is None and seq.grammar is not None and not seq.grammar.accept(token):
+                # Only a mask that allowed nothing gets here; end the answer where it is valid.
+                finish = "stop"
             if finish != "stop":
                 seq.token_ids.append(token)
                 new_tokens += 1

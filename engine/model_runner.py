@@ -7,12 +7,14 @@ decode step (engine/native_decode.py) where it runs the model, everything else t
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import torch
 
 from engine.attention import AttentionContext, PrefillChunk
 from engine.config import EngineConfig
+from engine.grammar import GrammarState, apply_masks, fill_masks
 from engine.kv_pool import KVPool
 from engine.llama import PagedLlama
 from engine.native_decode import NativeDecoder, native_decoder
@@ -36,6 +38,17 @@ class StepInputs:
     ctx: AttentionContext
     logit_rows: torch.Tensor
     samplers: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class _MaskStep:
+    """The grammar masks of a step's constrained logit rows, being filled meanwhile."""
+
+    bitmask: Future[torch.Tensor]
+    constrained: list[tuple[int, GrammarState]]
+
+    def apply(self, logits: torch.Tensor) -> None:
+        apply_masks(logits, self.bitmask.result(), [row for row, _ in self.constrained])
 
 
 @dataclass
@@ -73,6 +86,8 @@ class ModelRunner:
         self.block_size = pool.block_size
         self.device = model.device
         self._offsets = torch.arange(self.block_size, device=self.device)
+        # Grammar masks are filled here while the model runs.
+        self._masks = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grammar-masks")
 
     @classmethod
     def from_config(cls, model: PagedLlama, config: EngineConfig) -> ModelRunner:
@@ -94,9 +109,18 @@ class ModelRunner:
     def run(self, batch: ScheduledBatch) -> list[tuple[int, TokenLogprob | None] | None]:
         """Forward the batch; one sampled token per entry that reached its last token."""
         step = self.prepare(batch)
+        constrained = [
+            (row, grammar)
+            for row, index in enumerate(step.samplers)
+            if (grammar := batch.entries[index][0].grammar) is not None
+        ]
+        masks = None
+        if constrained:
+            bitmask = self._masks.submit(fill_masks, len(step.samplers), constrained)
+            masks = _MaskStep(bitmask, constrained)
         self._set_threads(len(step.input_ids), decodes=step.ctx.num_decodes > 0)
         logits = self.run_model(step.input_ids, step.positions, step.ctx, step.logit_rows)
-        return self._sample(batch, step.samplers, logits)
+        return self._sample(batch, step.samplers, logits, masks)
 
     def prepare(self, batch: ScheduledBatch) -> StepInputs:
         """The step's tensors: each entry's tokens, positions and K/V slots, and the rows
@@ -156,7 +180,10 @@ class ModelRunner:
 
     @staticmethod
     def _sample(
-        batch: ScheduledBatch, samplers: list[int], logits: torch.Tensor
+        batch: ScheduledBatch,
+        samplers: list[int],
+        logits: torch.Tensor,
+        masks: _MaskStep | None,
     ) -> list[tuple[int, TokenLogprob | None] | None]:
         results: list[tuple[int, TokenLogprob | None] | None] = [None] * len(batch.entries)
         if samplers:
@@ -166,6 +193,7 @@ class ModelRunner:
                 [s.params for s in seqs],
                 [s.output_ids for s in seqs],
                 [s.generator for s in seqs],
+                masks.apply if masks is not None else None,
             )
             for index, result in zip(samplers, sampled, strict=True):
                 results[index] = result

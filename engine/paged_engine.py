@@ -19,10 +19,12 @@ from typing import Any
 
 import structlog
 import torch
+import xgrammar as xgr
 
 from engine.config import EngineConfig, resolve_engine_config
 from engine.core import EngineCore, EngineMetrics, StepOutput
 from engine.detokenizer import IncrementalDetokenizer
+from engine.grammar import COMPILE_TIMEOUT_S, Grammars
 from engine.llama import PagedLlama
 from engine.model_runner import ModelRunner
 from engine.model_source import ModelSource, load_pretrained
@@ -30,10 +32,13 @@ from engine.smoothing import calibration_ids
 from engine.tokenization import encode_chat, find_stop_token_ids
 from engine.types import (
     ChatMessage,
+    Constraint,
+    ConstraintError,
     EngineError,
     EngineOverloaded,
     GenerationRequest,
     SamplingParams,
+    TextLogprob,
     TokenDelta,
     TokenLogprob,
 )
@@ -50,6 +55,7 @@ class _Add:
     params: SamplingParams
     cache_salt: str
     sink: Sink
+    grammar: xgr.CompiledGrammar | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +109,7 @@ class PagedEngine:
         self._lock = threading.Lock()
         self._metrics = core.metrics()
         self._closed = False
+        self._grammars: Grammars | None = None
         self._thread = threading.Thread(target=self._loop, name="paged-engine", daemon=True)
         self._thread.start()
 
@@ -178,19 +185,30 @@ class PagedEngine:
     def count_prompt_tokens(self, messages: Sequence[ChatMessage]) -> int:
         return len(encode_chat(self._tokenizer, messages))
 
+    def count_text_tokens(self, text: str) -> int:
+        return len(self._encode_text(text))
+
     async def stream(self, request: GenerationRequest) -> AsyncIterator[TokenDelta]:
-        prompt_ids = encode_chat(self._tokenizer, request.messages)
+        if request.prompt is not None:
+            prompt_ids = self._encode_text(request.prompt)
+        else:
+            prompt_ids = encode_chat(self._tokenizer, request.messages)
         params = request.sampling
+        grammar = None
+        if params.constraint is not None:
+            grammar = await self.compile_constraint(params.constraint)
         detok = IncrementalDetokenizer(self._decode, params.stop)
-        pending: list[TokenLogprob] = []
-        tokens = self.stream_tokens(prompt_ids, params, request.cache_salt, request.request_id)
+        pending: list[TextLogprob] = []
+        tokens = self.stream_tokens(
+            prompt_ids, params, request.cache_salt, request.request_id, grammar
+        )
         try:
             async for out in tokens:
                 text = ""
                 if out.token_id is not None:
                     text = detok.add(out.token_id)
                     if out.logprob is not None:
-                        pending.append(out.logprob)
+                        pending.append(self._as_text(out.logprob))
                     if detok.stopped:
                         yield TokenDelta(
                             text, out.num_output_tokens, len(prompt_ids), "stop", tuple(pending)
@@ -210,6 +228,36 @@ class PagedEngine:
         finally:
             await tokens.aclose()
 
+    async def compile_constraint(self, constraint: Constraint) -> xgr.CompiledGrammar:
+        """The compiled grammar, off the engine thread; a compile that takes longer than
+        COMPILE_TIMEOUT_S is refused (the schema is too hard for the engine to serve)."""
+        grammars = self.grammars
+        if grammars.cached(constraint):
+            return grammars.compile(constraint)
+        try:
+            return await asyncio.wait_for(
+                asyncio.to_thread(grammars.compile, constraint), COMPILE_TIMEOUT_S
+            )
+        except TimeoutError as exc:
+            raise ConstraintError(
+                f"the {constraint.kind} constraint took more than {COMPILE_TIMEOUT_S:g} s "
+                "to compile; simplify it"
+            ) from exc
+
+    @property
+    def grammars(self) -> Grammars:
+        """The grammar compiler for this engine's tokenizer, made on first use."""
+        if self._tokenizer is None:
+            raise ConstraintError("this engine has no tokenizer, so it cannot constrain output")
+        with self._lock:
+            if self._grammars is None:
+                self._grammars = Grammars(
+                    self._tokenizer,
+                    self._core.runner.model.shape.vocab_size,
+                    self._core.stop_token_ids,
+                )
+            return self._grammars
+
     def close(self) -> None:
         if self._closed:
             return
@@ -225,15 +273,18 @@ class PagedEngine:
         params: SamplingParams,
         cache_salt: str = "",
         request_id: str = "",
+        grammar: xgr.CompiledGrammar | None = None,
     ) -> AsyncGenerator[StepOutput, None]:
-        """Token ids (and logprobs) as they are sampled; closing the iterator aborts."""
+        """Token ids (and logprobs) as they are sampled; closing the iterator aborts.
+
+        `grammar` is `params.constraint` compiled (`compile_constraint`)."""
         loop = asyncio.get_running_loop()
         outputs: asyncio.Queue[StepOutput | BaseException] = asyncio.Queue()
 
         def sink(item: StepOutput | BaseException) -> None:
             loop.call_soon_threadsafe(outputs.put_nowait, item)
 
-        seq_id = self._submit(prompt_ids, params, cache_salt, request_id, sink)
+        seq_id = self._submit(prompt_ids, params, cache_salt, request_id, sink, grammar)
         finished = False
         try:
             while not finished:
@@ -260,7 +311,8 @@ class PagedEngine:
         for prompt, p, salt in zip(prompts, per_prompt, salts, strict=True):
             inbox: queue.SimpleQueue[StepOutput | BaseException] = queue.SimpleQueue()
             inboxes.append(inbox)
-            seq_ids.append(self._submit(prompt, p, salt, "", inbox.put))
+            grammar = self.grammars.compile(p.constraint) if p.constraint else None
+            seq_ids.append(self._submit(prompt, p, salt, "", inbox.put, grammar))
         results: list[list[StepOutput]] = []
         for seq_id, inbox in zip(seq_ids, inboxes, strict=True):
             outs: list[StepOutput] = []
@@ -293,6 +345,16 @@ class PagedEngine:
     def _decode(self, ids: Sequence[int]) -> str:
         return str(self._tokenizer.decode(list(ids), skip_special_tokens=True))
 
+    def _encode_text(self, text: str) -> list[int]:
+        return list(self._tokenizer.encode(text, add_special_tokens=False))
+
+    def _as_text(self, logprob: TokenLogprob) -> TextLogprob:
+        return TextLogprob(
+            self._decode([logprob.token_id]),
+            logprob.logprob,
+            tuple((self._decode([token]), value) for token, value in logprob.top),
+        )
+
     def _submit(
         self,
         prompt_ids: Sequence[int],
@@ -300,6 +362,7 @@ class PagedEngine:
         cache_salt: str,
         request_id: str,
         sink: Sink,
+        grammar: xgr.CompiledGrammar | None = None,
     ) -> str:
         if self._closed:
             raise EngineError("the engine is closed")
@@ -310,7 +373,9 @@ class PagedEngine:
                 raise EngineOverloaded(self._in_flight - self._config.max_num_seqs)
             self._in_flight += 1
         seq_id = f"{request_id or 'req'}#{next(self._ids)}"
-        self._commands.put(_Add(seq_id, list(prompt_ids), params, cache_salt, sink))
+        if params.constraint is not None and grammar is None:
+            raise ConstraintError("a constrained request needs its compiled grammar")
+        self._commands.put(_Add(seq_id, list(prompt_ids), params, cache_salt, sink, grammar))
         return seq_id
 
     def _release(self, seq_id: str, finished: bool) -> None:
@@ -358,8 +423,15 @@ class PagedEngine:
     def _apply(self, command: object) -> None:
         if isinstance(command, _Add):
             try:
+                grammar = None
+                if command.grammar is not None:
+                    grammar = self.grammars.state(command.grammar)
                 self._core.add_request(
-                    command.seq_id, command.prompt_ids, command.params, command.cache_salt
+                    command.seq_id,
+                    command.prompt_ids,
+                    command.params,
+                    command.cache_salt,
+                    grammar,
                 )
             except EngineError as exc:
                 _deliver(command.sink, exc)

@@ -19,9 +19,15 @@ import torch
 
 from engine.detokenizer import IncrementalDetokenizer
 from engine.model_source import ModelSource, load_pretrained
-from engine.sampling import sample_next_token
+from engine.sampling import apply_logit_bias, sample_next_token
 from engine.tokenization import encode_chat, find_stop_token_ids
-from engine.types import ChatMessage, ContextLengthExceeded, GenerationRequest, TokenDelta
+from engine.types import (
+    ChatMessage,
+    ConstraintError,
+    ContextLengthExceeded,
+    GenerationRequest,
+    TokenDelta,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -66,8 +72,16 @@ class TransformersEngine:
     def count_prompt_tokens(self, messages: Sequence[ChatMessage]) -> int:
         return len(self._encode_chat(messages))
 
+    def count_text_tokens(self, text: str) -> int:
+        return len(self._tokenizer.encode(text, add_special_tokens=False))
+
     async def stream(self, request: GenerationRequest) -> AsyncIterator[TokenDelta]:
-        prompt_ids = self._encode_chat(request.messages)
+        if request.sampling.constraint is not None:
+            raise ConstraintError("the reference engine does not constrain output")
+        if request.prompt is not None:
+            prompt_ids = list(self._tokenizer.encode(request.prompt, add_special_tokens=False))
+        else:
+            prompt_ids = self._encode_chat(request.messages)
         max_tokens = request.sampling.max_tokens
         if len(prompt_ids) + max_tokens > self.context_window:
             raise ContextLengthExceeded(len(prompt_ids), max_tokens, self.context_window)
@@ -144,7 +158,9 @@ class TransformersEngine:
                 break
             out = self._model(input_ids=inputs, past_key_values=past, use_cache=True)
             past = out.past_key_values
-            token = sample_next_token(out.logits[0, -1].float().cpu(), params, generator)
+            logits = out.logits[0, -1].float().cpu()
+            apply_logit_bias(logits, params)
+            token = sample_next_token(logits, params, generator)
             if token in self._stop_token_ids:
                 finish = "stop"
                 break

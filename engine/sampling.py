@@ -1,8 +1,9 @@
-"""Turning next-token logits into a token id: penalties, greedy, temperature, top-k, top-p."""
+"""Turning next-token logits into a token id: penalties, logit bias, grammar masks, then
+greedy, temperature, top-k and top-p."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -21,6 +22,14 @@ def apply_penalties(
     logits -= counts * params.frequency_penalty + (counts > 0).to(logits.dtype) * (
         params.presence_penalty
     )
+
+
+def apply_logit_bias(logits: torch.Tensor, params: SamplingParams) -> None:
+    """OpenAI's `logit_bias`: a value added to each named token's logit, in place."""
+    if params.logit_bias:
+        ids = torch.tensor([token for token, _ in params.logit_bias], device=logits.device)
+        bias = torch.tensor([value for _, value in params.logit_bias], dtype=logits.dtype)
+        logits.index_add_(0, ids, bias.to(logits.device))
 
 
 def sample_next_token(
@@ -52,7 +61,12 @@ def token_logprob(logits: torch.Tensor, token_id: int, top: int) -> TokenLogprob
     alternatives: tuple[tuple[int, float], ...] = ()
     if top:
         values, ids = torch.topk(logprobs, top)
-        alternatives = tuple(zip(ids.tolist(), values.tolist(), strict=True))
+        # A grammar may leave fewer than `top` tokens possible; the others are not listed.
+        alternatives = tuple(
+            (token, value)
+            for token, value in zip(ids.tolist(), values.tolist(), strict=True)
+            if value != float("-inf")
+        )
     return TokenLogprob(token_id, float(logprobs[token_id]), alternatives)
 
 
@@ -61,11 +75,20 @@ def sample_batch(
     params: Sequence[SamplingParams],
     outputs: Sequence[Sequence[int]],
     generators: Sequence[torch.Generator | None],
+    masked: Callable[[torch.Tensor], None] | None = None,
 ) -> list[tuple[int, TokenLogprob | None]]:
-    """One token per row of `logits` ([rows, vocab]); greedy rows share one argmax."""
+    """One token per row of `logits` ([rows, vocab]); greedy rows share one argmax.
+
+    `masked` applies the grammars' token masks after penalties and bias, so that no
+    bias can bring back a token the grammar forbids; logprobs are those of the masked
+    distribution, the one the token was drawn from.
+    """
     for row, (p, out) in enumerate(zip(params, outputs, strict=True)):
         if p.has_penalties:
             apply_penalties(logits[row], out, p)
+        apply_logit_bias(logits[row], p)
+    if masked is not None:
+        masked(logits)
     greedy = logits.argmax(dim=-1).tolist()
     results: list[tuple[int, TokenLogprob | None]] = []
     for row, p in enumerate(params):

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from engine.grammar import GrammarState
 from engine.types import FinishReason, SamplingParams
 
 
@@ -22,7 +23,8 @@ class Sequence:
 
     `num_computed_tokens` counts tokens whose K/V are in the cache; the rest of
     `token_ids` still has to go through the model. After preemption it drops to zero and
-    the sequence is recomputed (prompt and completion so far) when it runs again.
+    the sequence is recomputed (prompt and completion so far) when it runs again; its
+    `grammar` has accepted every output token and needs no rebuilding.
     """
 
     seq_id: str
@@ -38,6 +40,7 @@ class Sequence:
     num_preemptions: int = 0
     finish_reason: FinishReason | None = None
     generator: torch.Generator | None = None
+    grammar: GrammarState | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Literal
 
 FinishReason = Literal["stop", "length", "cancelled"]
+ConstraintKind = Literal["json_schema", "json_object", "regex", "grammar", "structural_tag"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -14,6 +16,24 @@ class ChatMessage:
 
     role: Literal["system", "user", "assistant", "tool"]
     content: str
+
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    """What every answer token must keep valid, compiled to a token mask at sampling.
+
+    `source` is the JSON Schema (JSON text) for `json_schema`, the structural tag (JSON
+    text, xgrammar's format) for `structural_tag`, the pattern for `regex` and the EBNF
+    text for `grammar`; `json_object` takes any JSON object and ignores it.
+    """
+
+    kind: ConstraintKind
+    source: str = ""
+
+    @property
+    def key(self) -> str:
+        """Identifies the compiled grammar: the SHA-256 of the kind and the source."""
+        return hashlib.sha256(f"{self.kind}\0{self.source}".encode()).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +52,8 @@ class SamplingParams:
     logprobs: bool = False
     top_logprobs: int = 0
     ignore_eos: bool = False
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    constraint: Constraint | None = None
 
     def __post_init__(self) -> None:
         if self.max_tokens <= 0:
@@ -46,6 +68,8 @@ class SamplingParams:
             raise ValueError("presence_penalty and frequency_penalty must be in [-2, 2]")
         if not 0 <= self.top_logprobs <= 20:
             raise ValueError("top_logprobs must be in [0, 20]")
+        if any(not -100 <= bias <= 100 for _, bias in self.logit_bias):
+            raise ValueError("logit_bias values must be in [-100, 100]")
 
     @property
     def is_greedy(self) -> bool:
@@ -58,12 +82,16 @@ class SamplingParams:
 
 @dataclass(frozen=True, slots=True)
 class GenerationRequest:
-    """A chat to continue. `cache_salt` keeps one tenant's cached state from another's."""
+    """A chat to continue, or with `prompt` set a raw text to continue (no chat template).
+
+    `cache_salt` keeps one tenant's cached state from another's.
+    """
 
     request_id: str
     messages: tuple[ChatMessage, ...]
     sampling: SamplingParams = field(default_factory=SamplingParams)
     cache_salt: str = ""
+    prompt: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +101,15 @@ class TokenLogprob:
     token_id: int
     logprob: float
     top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TextLogprob:
+    """A `TokenLogprob` as the caller reads it: each token as its text."""
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,11 +123,15 @@ class TokenDelta:
     completion_tokens: int
     prompt_tokens: int
     finish_reason: FinishReason | None = None
-    logprobs: tuple[TokenLogprob, ...] = ()
+    logprobs: tuple[TextLogprob, ...] = ()
 
 
 class EngineError(Exception):
     """Base class for errors the engine reports to its caller."""
+
+
+class ConstraintError(EngineError):
+    """A constraint that cannot be compiled (invalid, unsupported, or too slow to compile)."""
 
 
 class EngineOverloaded(EngineError):
