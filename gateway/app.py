@@ -14,6 +14,7 @@ from litestar.openapi import OpenAPIConfig
 from gateway.audit.review_page import REVIEW_PAGE_ROUTER
 from gateway.audit.routes import AUDIT_ROUTER
 from gateway.chat.routes import CHAT_ROUTER
+from gateway.completions.routes import COMPLETIONS_ROUTER
 from gateway.documents.routes import DOCUMENT_ROUTER
 from gateway.http.auth import DEPENDENCIES
 from gateway.http.exception_handlers import EXCEPTION_HANDLERS
@@ -55,6 +56,7 @@ def create_app(settings: Settings, services: Services | None = None) -> Litestar
             *PROBE_ROUTES,
             metrics_endpoint,
             CHAT_ROUTER,
+            COMPLETIONS_ROUTER,
             AUDIT_ROUTER,
             REVIEW_PAGE_ROUTER,
             KEY_ROUTER,

@@ -49,13 +49,13 @@ def not_found(message: str, param: str | None = None) -> ApiError:
     return ApiError(404, message, type="not_found_error", code="not_found", param=param)
 
 
-def guardrail_block(check: str, reason: str) -> ApiError:
+def guardrail_block(check: str, reason: str, param: str = "messages") -> ApiError:
     """A request a guardrail refused; retrying the same request cannot succeed."""
     return ApiError(
         400,
         f"The request was blocked by the {check} guardrail: {reason}",
         code="content_policy_violation",
-        param="messages",
+        param=param,
         headers={"x-should-retry": "false"},
     )
 

@@ -27,6 +27,7 @@ class RecordingEngine:
     def __init__(self, inner: PagedEngine) -> None:
         self._inner = inner
         self.received: dict[str, tuple[ChatMessage, ...]] = {}
+        self.prompts: dict[str, str] = {}  # raw-text prompts (`/v1/completions`)
 
     @property
     def model_id(self) -> str:
@@ -39,8 +40,13 @@ class RecordingEngine:
     def count_prompt_tokens(self, messages: Sequence[ChatMessage]) -> int:
         return self._inner.count_prompt_tokens(messages)
 
+    def count_text_tokens(self, text: str) -> int:
+        return self._inner.count_text_tokens(text)
+
     async def stream(self, request: GenerationRequest) -> AsyncIterator[TokenDelta]:
         self.received[request.request_id] = request.messages
+        if request.prompt is not None:
+            self.prompts[request.request_id] = request.prompt
         async for delta in self._inner.stream(request):
             yield delta
 

@@ -14,6 +14,7 @@ from tests.integration.test_bad_input import assert_audited_once, assert_openai_
 # Each body-taking route, a role that may call it and one that may not.
 ROUTES = [
     ("/v1/chat/completions", "user", "auditor"),
+    ("/v1/completions", "user", "auditor"),
     ("/admin/keys", "admin", "user"),
     ("/documents/search", "user", "auditor"),
 ]

@@ -14,6 +14,7 @@ PUBLIC = {"/healthz", "/readyz", "/metrics"}
 # Each body-taking route, its media type, and fields its schema must declare.
 BODIES = {
     ("post", "/v1/chat/completions"): ("application/json", {"messages", "tools", "stream"}),
+    ("post", "/v1/completions"): ("application/json", {"prompt", "logprobs", "stream"}),
     ("post", "/admin/keys"): ("application/json", {"role", "expires_at"}),
     ("post", "/admin/keys/{key_id}/rotate"): ("application/json", {"grace_seconds"}),
     ("post", "/documents/search"): ("application/json", {"query", "top_k", "mode"}),

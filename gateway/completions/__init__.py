@@ -1,0 +1,1 @@
+"""OpenAI's legacy text completions: `/v1/completions`."""
