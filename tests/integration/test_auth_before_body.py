@@ -15,6 +15,7 @@ from tests.integration.test_bad_input import assert_audited_once, assert_openai_
 ROUTES = [
     ("/v1/chat/completions", "user", "auditor"),
     ("/v1/completions", "user", "auditor"),
+    ("/v1/embeddings", "user", "auditor"),
     ("/admin/keys", "admin", "user"),
     ("/documents/search", "user", "auditor"),
 ]

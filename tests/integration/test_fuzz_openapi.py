@@ -2,7 +2,8 @@
 
 Every route of the document gets generated cases, valid and invalid, with a key of a role
 that may call it and without one: no 5xx, every error in the documented OpenAI shape,
-every response as the document describes it, and one audit record per chat request.
+every response as the document describes it, and one audit record per chat, completions
+or embeddings request.
 """
 
 from __future__ import annotations
@@ -59,6 +60,12 @@ EXAMPLES = {"POST /v1/chat/completions": 60, "POST /documents": 20}
 DEFAULT_EXAMPLES = 45
 ANONYMOUS_EXAMPLES = 4
 MIN_CASES = 1000
+# Routes that leave one audit record for every request, refused or served.
+AUDITED_EVERY_REQUEST = {
+    "POST /v1/chat/completions",
+    "POST /v1/completions",
+    "POST /v1/embeddings",
+}
 CHECKS = [not_a_server_error, status_code_conformance, response_schema_conformance]
 
 
@@ -166,7 +173,7 @@ def exercise(
             case.validate_response(response, checks=CHECKS, headers=headers)
         except FailureGroup as exc:
             problems.append(str(exc)[:600])
-        if label == "POST /v1/chat/completions" or expect_status == 401:
+        if label in AUDITED_EVERY_REQUEST or expect_status == 401:
             run.audited_ids.append(request_id(response))
         if problems:
             sent = case.body if isinstance(case.body, dict) else {}

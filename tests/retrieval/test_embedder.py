@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from retrieval import Embedder
@@ -55,3 +57,32 @@ def test_a_short_batch_is_computed_unpadded_with_the_vectors_each_text_gets_alon
     long_features = {k: v for k, v in prepare(long).items() if isinstance(v, torch.Tensor)}
     assert not embedder._fits_one_row([0, 1, 2], long_features, with_tokens=False)
     assert int(long_features["attention_mask"].sum()) > MAX_TOKENS
+
+
+def test_token_ids_are_the_models_without_special_tokens_and_uncut(embedder: Embedder) -> None:
+    long = " ".join(["word"] * (embedder.max_tokens + 10))
+    short, uncut = embedder.token_ids(["Hello, World!", long])
+    assert embedder.max_tokens == 256
+    assert len(uncut) == embedder.max_tokens + 10
+    assert embedder.decode(short) == "hello, world!"  # uncased WordPiece
+    cls_id, sep_id = 101, 102
+    assert embedder.decode([cls_id, *short, sep_id]) == "hello, world!"
+    assert all(0 <= i < embedder.vocabulary_size for i in short)
+
+
+def test_counting_tokens_beside_embedding_from_other_threads(embedder: Embedder) -> None:
+    """The fast tokenizer raises "Already borrowed" when one thread changes its truncation
+    while another encodes; `token_ids` (uncut) and `embed` (cut) take turns."""
+    long = "word " * 400
+
+    def count(i: int) -> int:
+        return sum(len(ids) for ids in embedder.token_ids([long, f"text {i}"] * 20))
+
+    def embed(i: int) -> int:
+        embedder.forget()  # so that every call tokenizes
+        return len(embedder.embed([f"sentence {i} {j}" for j in range(3)]))
+
+    with ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(count if i % 2 else embed, i) for i in range(120)]
+        results = [future.result() for future in futures]
+    assert results[0] == 3 and results[1] == 20 * (400 + 2)

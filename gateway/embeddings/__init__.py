@@ -1,0 +1,1 @@
+"""The OpenAI-compatible embeddings API: `/v1/embeddings` over the MiniLM embedder."""
