@@ -70,6 +70,48 @@ class RateLimits(_Strict):
     tenant_tokens_per_minute: int | None = Field(default=None, ge=1)
 
 
+class StructuredOutputLimits(_Strict):
+    """Limits on the JSON Schemas clients send (`response_format`, tool parameters):
+    a schema past any of them is refused with 400 before it is compiled."""
+
+    max_schema_bytes: int = Field(
+        default=65_536, ge=256, description="Largest schema, as compact JSON, in bytes."
+    )
+    # jsonschema's own schema check recurses: 64 levels stay far from Python's limit.
+    max_depth: int = Field(
+        default=32, ge=2, le=64, description="Deepest nesting of objects and arrays in a schema."
+    )
+    max_properties: int = Field(
+        default=256,
+        ge=1,
+        description="Most properties (and patternProperties) a schema may declare, all "
+        "objects together.",
+    )
+    max_enum_values: int = Field(
+        default=1024, ge=1, description="Most `enum` values a schema may list, all enums together."
+    )
+    max_pattern_length: int = Field(
+        default=1000, ge=1, description="Longest `pattern` (or patternProperties key)."
+    )
+    max_required_count: int = Field(
+        default=1000,
+        ge=0,
+        description="Largest minLength, minItems or minProperties: an answer must produce "
+        "that many before it may end.",
+    )
+    max_compile_cost: int = Field(
+        default=40_000,
+        ge=1000,
+        description="Most estimated grammar-compile work (patterns, formats, ranges, enum "
+        "text, properties), in units of about 13 µs of one core.",
+    )
+    allow_recursive_refs: bool = Field(
+        default=True,
+        description="Allow a `$ref` that refers back to a schema containing it (trees, "
+        "linked lists).",
+    )
+
+
 class Policy(_Strict):
     """The checks, retrieval and model limits that apply to a tenant's requests."""
 
@@ -83,6 +125,7 @@ class Policy(_Strict):
     model: ModelLimits = Field(default_factory=ModelLimits)
     audit: AuditSettings = Field(default_factory=AuditSettings)
     rate_limits: RateLimits = Field(default_factory=RateLimits)
+    structured_output: StructuredOutputLimits = Field(default_factory=StructuredOutputLimits)
 
 
 @dataclass(frozen=True, slots=True)
