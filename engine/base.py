@@ -22,6 +22,11 @@ class Engine(Protocol):
     @property
     def context_window(self) -> int: ...
 
+    @property
+    def vocab_size(self) -> int:
+        """Token ids run from 0 to `vocab_size - 1` (what `logit_bias` may name)."""
+        ...
+
     def count_prompt_tokens(self, messages: Sequence[ChatMessage]) -> int: ...
 
     def count_text_tokens(self, text: str) -> int:

@@ -23,7 +23,7 @@ from engine.types import Constraint, ConstraintError
 
 DEFAULT_GRAMMAR_CACHE_SIZE = 256
 # A schema that takes longer than this to compile is refused rather than served.
-COMPILE_TIMEOUT_S = 1.0
+COMPILE_TIMEOUT_S = 0.5
 # JSON answers are compact: no whitespace between tokens, so that a schema answer cannot
 # spend its tokens on blanks.
 _COMPACT = (",", ":")

@@ -182,6 +182,10 @@ class PagedEngine:
     def context_window(self) -> int:
         return self._core.context_window
 
+    @property
+    def vocab_size(self) -> int:
+        return self._core.runner.model.shape.vocab_size
+
     def count_prompt_tokens(self, messages: Sequence[ChatMessage]) -> int:
         return len(encode_chat(self._tokenizer, messages))
 
@@ -343,7 +347,13 @@ class PagedEngine:
     # -- internals ------------------------------------------------------------------------
 
     def _decode(self, ids: Sequence[int]) -> str:
-        return str(self._tokenizer.decode(list(ids), skip_special_tokens=True))
+        # No clean-up of spaces: it rewrites " ," to "," once the comma arrives, after the
+        # space went out, so the incremental text would lose the comma.
+        return str(
+            self._tokenizer.decode(
+                list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False
+            )
+        )
 
     def _encode_text(self, text: str) -> list[int]:
         return list(self._tokenizer.encode(text, add_special_tokens=False))

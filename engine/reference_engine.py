@@ -69,6 +69,10 @@ class TransformersEngine:
     def context_window(self) -> int:
         return int(self._model.config.max_position_embeddings)
 
+    @property
+    def vocab_size(self) -> int:
+        return int(self._model.config.vocab_size)
+
     def count_prompt_tokens(self, messages: Sequence[ChatMessage]) -> int:
         return len(self._encode_chat(messages))
 
@@ -116,7 +120,13 @@ class TransformersEngine:
         return encode_chat(self._tokenizer, messages)
 
     def _decode(self, ids: Sequence[int]) -> str:
-        return str(self._tokenizer.decode(list(ids), skip_special_tokens=True))
+        # No clean-up of spaces: it rewrites " ," to "," once the comma arrives, after the
+        # space went out, so the incremental text would lose the comma.
+        return str(
+            self._tokenizer.decode(
+                list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False
+            )
+        )
 
     def _generate(
         self,

@@ -16,35 +16,49 @@ def engine_messages(
     texts: list[str],
     chunks: list[RetrievedChunk],
     tools: list[ToolSpec],
+    answer_instruction: str = "",
 ) -> list[ChatMessage]:
     """The prompt for `messages`, read with `texts` (one each, as screened) in their place.
 
-    The policy's `system_prompt`, the tools, the sources and the client's own system
-    messages form the one system message.
+    The policy's `system_prompt`, the tools, the answer's format (`answer_instruction`),
+    the sources and the client's own system messages form the one system message.
     """
     # Stable parts first (policy prompt, tools, sources) so prompts share prefixes.
     system_parts = [system_prompt]
     if tools:
         system_parts.append(tool_prompt(tools))
+    if answer_instruction:
+        system_parts.append(answer_instruction)
     context = format_context(chunks)
     if context:
         system_parts.append(context)
     conversation: list[ChatMessage] = []
+    called: dict[str, str] = {}  # tool_call_id -> the function it called
     for message, text in zip(messages, texts, strict=True):
         if message.role in ("system", "developer"):
             system_parts.append(text)
         elif message.role == "assistant" and message.tool_calls:
-            calls = "".join(
+            called.update((c.id, c.function.name) for c in message.tool_calls)
+            calls = "\n".join(
                 _tool_call_markup(c.function.name, c.function.arguments) for c in message.tool_calls
             )
-            conversation.append(ChatMessage("assistant", text + calls))
+            conversation.append(ChatMessage("assistant", (text + "\n" if text else "") + calls))
+        elif message.role == "tool":
+            name = called.get(message.tool_call_id or "", "")
+            conversation.append(ChatMessage("tool", _tool_response_markup(name, text)))
         else:
-            role = "tool" if message.role == "tool" else message.role
-            conversation.append(ChatMessage(role, text))  # type: ignore[arg-type]
+            conversation.append(ChatMessage(message.role, text))  # type: ignore[arg-type]
     system = ChatMessage("system", "\n\n".join(p for p in system_parts if p))
     return [system, *conversation]
 
 
 def _tool_call_markup(name: str, arguments: str) -> str:
-    """A past tool call, written back in the format the model is told to use."""
-    return f'<tool_call>{{"name": {json.dumps(name)}, "arguments": {arguments}}}</tool_call>'
+    """A past tool call, written back in the format the model is told to use (and that
+    its calls are constrained to)."""
+    return f'<tool_call>\n{{"name": {json.dumps(name)}, "arguments": {arguments}}}\n</tool_call>'
+
+
+def _tool_response_markup(name: str, content: str) -> str:
+    """A tool's result, in the Hermes format the model was trained on."""
+    result = json.dumps({"name": name, "content": content}, ensure_ascii=False)
+    return f"<tool_response>\n{result}\n</tool_response>"

@@ -69,11 +69,11 @@ async def chat_completions(
             media_type="text/event-stream",
             headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
         )
-    answer = await service.complete(chat)
+    answers = await service.complete(chat)
     await service.charge(identity, chat)
     overhead = (time.perf_counter() - audit.started) * 1000 - entry.engine_ms
     return Response(
-        completion_body(chat, answer),
+        completion_body(chat, answers),
         status_code=200,
         headers={"x-bastion-overhead-ms": f"{overhead:.1f}"},
     )

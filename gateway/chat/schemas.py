@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import json
+from typing import Annotated, Any, Literal
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
@@ -18,6 +19,18 @@ class TextPart(BaseModel):
 class FunctionCall(BaseModel):
     name: str
     arguments: str
+
+    @field_validator("arguments")
+    @classmethod
+    def _json_object(cls, value: str) -> str:
+        """Written back into the prompt as JSON, so it must be a JSON object."""
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"arguments are not valid JSON: {exc.msg}") from exc
+        if not isinstance(parsed, dict):
+            raise ValueError("arguments must be a JSON object")
+        return json.dumps(parsed, ensure_ascii=False)
 
 
 class ToolCall(BaseModel):
@@ -53,9 +66,13 @@ class Message(BaseModel):
 
 
 class FunctionSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
     description: str = ""
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+    # Calls are always constrained to the schema, so `strict` holds whatever its value.
+    strict: bool | None = None
 
     @field_validator("parameters")
     @classmethod
@@ -77,20 +94,59 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-# OpenAI's chat-completion parameters that Bastion accepts and ignores; any other unknown
-# parameter is refused, as OpenAI's API refuses it.
+class ResponseFormatText(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text"]
+
+
+class ResponseFormatJsonObject(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["json_object"]
+
+
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str = ""
+    # `schema` shadows a BaseModel attribute, hence the alias.
+    json_schema: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormatJsonSchema(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["json_schema"]
+    json_schema: JsonSchemaFormat
+
+
+ResponseFormat = Annotated[
+    ResponseFormatText | ResponseFormatJsonObject | ResponseFormatJsonSchema,
+    Field(discriminator="type"),
+]
+
+
+class NamedFunction(BaseModel):
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function"]
+    function: NamedFunction
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+
+# OpenAI's chat-completion parameters that change nothing Bastion does: no answer is stored
+# for OpenAI's products, metadata and identifiers only tag a request there, and prefix
+# caching needs no key. Any other parameter not below is refused, naming it.
 IGNORED_OPENAI_PARAMETERS = frozenset(
-    {
-        "audio", "frequency_penalty", "function_call", "functions", "logit_bias", "logprobs",
-        "metadata", "modalities", "parallel_tool_calls", "prediction", "presence_penalty",
-        "prompt_cache_key", "reasoning_effort", "response_format", "safety_identifier",
-        "service_tier", "store", "top_logprobs", "verbosity", "web_search_options",
-    }
-)  # fmt: skip
+    {"metadata", "prompt_cache_key", "safety_identifier", "store"}
+)
 
 
 class ChatCompletionRequest(BaseModel):
-    """The subset of OpenAI's parameters Bastion honours."""
+    """OpenAI's chat-completion parameters that Bastion honours (docs/api.md lists each)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -109,12 +165,30 @@ class ChatCompletionRequest(BaseModel):
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
     stop: str | list[str] | None = None
-    n: int = Field(default=1, ge=1, le=1)
+    n: int = Field(default=1, ge=1, le=128)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    tools: list[ToolSpecIn] | None = None
-    tool_choice: Any = None
+    tools: list[ToolSpecIn] | None = Field(default=None, max_length=128)
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool = True
+    response_format: ResponseFormat | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    logit_bias: dict[str, float] | None = Field(default=None, max_length=300)
+    modalities: list[Literal["text"]] | None = None
     user: str | None = Field(default=None, max_length=256)
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias_values(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        for token, bias in (value or {}).items():
+            if not token.isdigit():
+                raise ValueError(f"keys must be token ids, got {token!r}")
+            if not -100 <= bias <= 100:
+                raise ValueError(f"the bias of token {token} must be in [-100, 100]")
+        return value
 
     @field_validator("stop")
     @classmethod
@@ -128,6 +202,10 @@ class ChatCompletionRequest(BaseModel):
         if self.stop is None:
             return ()
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+    @property
+    def token_bias(self) -> tuple[tuple[int, float], ...]:
+        return tuple((int(token), bias) for token, bias in (self.logit_bias or {}).items())
 
     @property
     def include_usage(self) -> bool:

@@ -16,20 +16,31 @@ from typing import Any
 
 from engine import (
     ChatMessage,
+    ConstraintError,
     ContextLengthExceeded,
     EngineOverloaded,
     GenerationRequest,
     SamplingParams,
+    TextLogprob,
     TokenDelta,
 )
 from gateway.audit.log import AuditEntry
+from gateway.chat.answer_check import check_json_answer
+from gateway.chat.output_shape import OutputShape, output_shape
 from gateway.chat.prompt import engine_messages
-from gateway.chat.schemas import ChatCompletionRequest, Message
+from gateway.chat.schemas import (
+    ChatCompletionRequest,
+    Message,
+    NamedToolChoice,
+    ResponseFormatJsonSchema,
+)
+from gateway.chat.tool_stream import new_call_id
 from gateway.http.errors import ApiError, guardrail_block
 from gateway.keys.store import KeyIdentity
 from gateway.limits.quotas import charge_tokens
 from gateway.policy.runtime import PolicyRuntime
 from gateway.services import Services
+from gateway.structured import SchemaRefused, check_client_schema
 from guardrails import (
     StreamingRedactor,
     ToolSpec,
@@ -41,19 +52,35 @@ from retrieval import RetrievedChunk, select_for_prompt
 
 
 @dataclass
+class Choice:
+    """One of the `n` answers to a request, as the engine produces it."""
+
+    index: int
+    generation: GenerationRequest
+    answer_parts: list[str] = field(default_factory=list)
+    logprobs: list[TextLogprob] = field(default_factory=list)
+    completion_tokens: int = 0
+    finish_reason: str | None = None
+
+
+@dataclass
 class PreparedChat:
     """A request that passed the input stages and is ready for the engine."""
 
     completion_id: str
     created: int
     model: str
-    generation: GenerationRequest
+    choices: list[Choice]
     tools: list[ToolSpec]
+    shape: OutputShape
     chunks: list[RetrievedChunk]
     entry: AuditEntry
     stream_window: int
     restorable: dict[str, str] = field(default_factory=dict)
-    answer_parts: list[str] = field(default_factory=list)
+
+    @property
+    def first(self) -> Choice:
+        return self.choices[0]
 
     def citations(self) -> list[dict[str, Any]]:
         return [
@@ -75,13 +102,21 @@ class PreparedChat:
 
 @dataclass
 class Answer:
-    """What the output stage lets through for one generation."""
+    """What the output stage lets through for one choice.
+
+    `logprobs` is None when they were not asked for; `redacted` says the output checks
+    changed the text, so the tokens' own texts must not be shown.
+    """
 
     content: str | None
     tool_calls: list[dict[str, Any]]
     finish_reason: str
     prompt_tokens: int
     completion_tokens: int
+    index: int = 0
+    refusal: str | None = None
+    logprobs: list[TextLogprob] | None = None
+    redacted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +147,12 @@ class ChatService:
         policy = self._runtime.loaded.policy
         self._record_request(body, entry)
         self._check_model(body)
+        self._check_parameters(body)
         max_tokens = self._check_limits(body)
         tools = self._check_tools(body)
+        shape = output_shape(body, tools)
+        self._check_shape(body, tools)
+        entry.details.update(shape.audit_details())
         self._check_context([ChatMessage("user", m.text) for m in body.messages], max_tokens)
         screened = await self._screen_input(body, entry)
         chunks = await asyncio.to_thread(self._retrieve, entry, screened.query)
@@ -123,21 +162,86 @@ class ChatService:
             screened.texts,
             chunks,
             tools,
+            shape.instruction,
         )
         self._record_prompt(entry, body.messages, screened.texts, chunks)
-        generation = self._generation(body, entry, messages, max_tokens)
+        generation = self._generation(body, entry, messages, max_tokens, shape)
         self._check_context(generation.messages, max_tokens)
         return PreparedChat(
             completion_id=f"chatcmpl-{uuid.uuid4().hex}",
             created=int(time.time()),
             model=self._services.engine.model_id,
-            generation=generation,
+            choices=_choices(generation, body.n),
             tools=tools,
+            shape=shape,
             chunks=chunks,
             entry=entry,
             stream_window=policy.output.stream_window_chars,
             restorable=screened.restorable,
         )
+
+    def _check_parameters(self, body: ChatCompletionRequest) -> None:
+        """Parameters that are valid alone but not together, or not under this policy."""
+        if body.top_logprobs is not None and not body.logprobs:
+            raise ApiError(400, "top_logprobs requires logprobs to be true.", param="top_logprobs")
+        if body.stream and body.n > 1:
+            raise ApiError(
+                400,
+                "n > 1 is not supported with stream; ask for one choice per request.",
+                param="n",
+                code="unsupported_parameter",
+            )
+        max_choices = self._runtime.loaded.policy.model.max_choices
+        if body.n > max_choices:
+            raise ApiError(
+                400,
+                f"n is {body.n}, above this policy's limit of {max_choices}.",
+                param="n",
+                code="invalid_value",
+            )
+        declared = {tool.function.name for tool in body.tools or []}
+        if body.tool_choice not in (None, "none") and not declared:
+            raise ApiError(400, "tool_choice needs tools.", param="tool_choice")
+        named = body.tool_choice
+        if isinstance(named, NamedToolChoice) and named.function.name not in declared:
+            raise ApiError(
+                400,
+                f"tool_choice names the function '{named.function.name}', which is not in tools.",
+                param="tool_choice",
+            )
+        called: set[str] = set()
+        for index, message in enumerate(body.messages):
+            called.update(call.id for call in message.tool_calls or [])
+            if message.role == "tool" and message.tool_call_id not in called:
+                raise ApiError(
+                    400,
+                    "A message with role 'tool' must answer an earlier assistant tool call: "
+                    f"its tool_call_id {message.tool_call_id!r} names none.",
+                    param=f"messages.{index}.tool_call_id",
+                )
+        vocab = self._services.engine.vocab_size
+        for token, _ in body.token_bias:
+            if token >= vocab:
+                raise ApiError(
+                    400,
+                    f"logit_bias names token {token}; this model's token ids are below {vocab}.",
+                    param="logit_bias",
+                )
+
+    def _check_shape(self, body: ChatCompletionRequest, tools: list[ToolSpec]) -> None:
+        """Client schemas are untrusted: each must pass the policy's limits and use only
+        keywords the constraint enforces."""
+        limits = self._runtime.loaded.policy.structured_output
+        try:
+            response = body.response_format
+            if isinstance(response, ResponseFormatJsonSchema):
+                check_client_schema(
+                    response.json_schema.json_schema, limits, "response_format.json_schema.schema"
+                )
+            for index, tool in enumerate(tools):
+                check_client_schema(tool.parameters, limits, f"tools.{index}.function.parameters")
+        except SchemaRefused as exc:
+            raise ApiError(400, str(exc), param=exc.param, code="invalid_schema") from exc
 
     def _record_request(self, body: ChatCompletionRequest, entry: AuditEntry) -> None:
         entry.policy_version = self._runtime.loaded.version
@@ -243,6 +347,7 @@ class ChatService:
         entry: AuditEntry,
         messages: list[ChatMessage],
         max_tokens: int,
+        shape: OutputShape,
     ) -> GenerationRequest:
         sampling = SamplingParams(
             max_tokens=max_tokens,
@@ -250,6 +355,12 @@ class ChatService:
             top_p=body.top_p,
             seed=body.seed,
             stop=body.stop_sequences,
+            presence_penalty=body.presence_penalty,
+            frequency_penalty=body.frequency_penalty,
+            logit_bias=body.token_bias,
+            logprobs=body.logprobs,
+            top_logprobs=body.top_logprobs or 0,
+            constraint=shape.constraint,
         )
         return GenerationRequest(
             request_id=entry.request_id,
@@ -259,44 +370,41 @@ class ChatService:
         )
 
     async def stream_text(self, chat: PreparedChat) -> AsyncIterator[str]:
-        """Answer text as the engine produces it, PII-filtered with a held-back window.
-
-        When tools are declared the whole answer is needed to judge a tool call, so
-        nothing is released until it is complete.
-        """
+        """The first choice's text as the engine produces it, PII-filtered with a
+        held-back window (tool calls too: the stream turns them into call deltas)."""
         redactor = StreamingRedactor(
             self._runtime.output.redactor(chat.restorable), chat.stream_window
         )
-        async for text in self._generate(chat):
-            if chat.tools:
-                continue
+        async for text in self._generate(chat, chat.first):
             released = await asyncio.to_thread(redactor.feed, text)
             if released:
                 yield released
-        if not chat.tools:
-            rest = await asyncio.to_thread(redactor.flush)
-            if rest:
-                yield rest
+        rest = await asyncio.to_thread(redactor.flush)
+        if rest:
+            yield rest
 
-    async def _generate(self, chat: PreparedChat) -> AsyncIterator[str]:
-        """The engine's text deltas, unfiltered, recorded in `chat` (answer, token counts,
-        finish reason, engine time) as they come."""
+    async def _generate(self, chat: PreparedChat, choice: Choice) -> AsyncIterator[str]:
+        """The engine's text deltas of one choice, unfiltered, recorded in `choice` and in
+        the audit entry (token counts, finish reason, engine time) as they come."""
         started = time.perf_counter()
         try:
-            async for delta in self._engine_deltas(chat):
+            async for delta in self._engine_deltas(chat, choice):
                 chat.entry.prompt_tokens = delta.prompt_tokens
-                chat.entry.completion_tokens = delta.completion_tokens
+                choice.completion_tokens = delta.completion_tokens
+                chat.entry.completion_tokens = sum(c.completion_tokens for c in chat.choices)
                 if delta.finish_reason is not None:
+                    choice.finish_reason = delta.finish_reason
                     chat.entry.outcome = delta.finish_reason
-                chat.answer_parts.append(delta.text)
+                choice.answer_parts.append(delta.text)
+                choice.logprobs.extend(delta.logprobs)
                 yield delta.text
         finally:
             chat.entry.engine_ms += (time.perf_counter() - started) * 1000
 
-    async def _engine_deltas(self, chat: PreparedChat) -> AsyncIterator[TokenDelta]:
+    async def _engine_deltas(self, chat: PreparedChat, choice: Choice) -> AsyncIterator[TokenDelta]:
         """The engine's deltas; its refusals become API errors the client can act on."""
         try:
-            async for delta in self._services.engine.stream(chat.generation):
+            async for delta in self._services.engine.stream(choice.generation):
                 yield delta
         except EngineOverloaded as exc:
             raise ApiError(
@@ -308,31 +416,54 @@ class ChatService:
             ) from exc
         except ContextLengthExceeded as exc:
             raise _context_error(exc) from exc
+        except ConstraintError as exc:
+            param = "tools" if chat.shape.tool_mode != "none" else "response_format"
+            raise ApiError(400, str(exc), param=param, code="invalid_schema") from exc
 
-    async def complete(self, chat: PreparedChat) -> Answer:
-        """Run the engine to the end, then apply the output checks once, to the whole
-        answer (nothing is released early, so no window is needed)."""
-        async for _ in self._generate(chat):
-            pass
-        return await self.finish(chat, None)
+    async def complete(self, chat: PreparedChat) -> list[Answer]:
+        """Run every choice to its end (together: they share the prompt's cached blocks),
+        then apply the output checks once to each whole answer (nothing is released early,
+        so no window is needed)."""
 
-    async def finish(self, chat: PreparedChat, released_text: str | None) -> Answer:
-        """Decide what the client gets once generation ended: tool calls or text.
+        async def run(choice: Choice) -> None:
+            async for _ in self._generate(chat, choice):
+                pass
+
+        await asyncio.gather(*(run(choice) for choice in chat.choices))
+        answers = [await self.finish(chat, None, choice) for choice in chat.choices]
+        if len(answers) > 1:
+            chat.entry.answer_text = json.dumps([a.content or a.tool_calls for a in answers])
+        return answers
+
+    async def finish(
+        self, chat: PreparedChat, released_text: str | None, choice: Choice | None = None
+    ) -> Answer:
+        """Decide what the client gets once a choice's generation ended: tool calls or text.
 
         The output checks run over the whole answer, for the audit record and for answers
         that were held back (`released_text` None: the filtered whole answer is the
         text); a blocking verdict withholds the text.
         """
-        raw = "".join(chat.answer_parts)
+        choice = choice or chat.first
+        raw = "".join(choice.answer_parts)
         checked = await asyncio.to_thread(self._runtime.output.filter, raw, chat.restorable)
         chat.entry.verdicts.extend(checked.verdicts)
-        finish_reason = "length" if chat.entry.outcome == "length" else "stop"
+        finish_reason = "length" if choice.finish_reason == "length" else "stop"
         content: str | None = checked.text if released_text is None else released_text
         tool_calls: list[dict[str, Any]] = []
+        refusal = None
         if chat.tools:
-            content, tool_calls, finish_reason = self._judge_tool_calls(chat, raw, checked.text)
+            content, tool_calls, finish_reason = self._judge_tool_calls(
+                chat, checked.text, finish_reason
+            )
         if any(v.blocks for v in checked.verdicts) and not tool_calls:
             content, finish_reason = None, "content_filter"
+        if chat.shape.json_answer and content is not None and finish_reason == "stop":
+            verdict = check_json_answer(content, chat.shape.schema)
+            chat.entry.verdicts.append(verdict)
+            if verdict.blocks:
+                refusal = "The answer was withheld: " + "; ".join(verdict.evidence)
+                content, finish_reason = None, "content_filter"
         chat.entry.outcome = "content_filter" if finish_reason == "content_filter" else "ok"
         chat.entry.status_code = 200
         chat.entry.answer_text = content if not tool_calls else json.dumps(tool_calls)
@@ -342,14 +473,25 @@ class ChatService:
             finish_reason=finish_reason,
             prompt_tokens=chat.entry.prompt_tokens,
             completion_tokens=chat.entry.completion_tokens,
+            index=choice.index,
+            refusal=refusal,
+            logprobs=choice.logprobs if choice.generation.sampling.logprobs else None,
+            redacted=checked.text != raw,
         )
 
     def _judge_tool_calls(
-        self, chat: PreparedChat, raw: str, filtered: str
+        self, chat: PreparedChat, filtered: str, finish_reason: str
     ) -> tuple[str | None, list[dict[str, Any]], str]:
-        calls = extract_tool_calls(raw)
+        """The calls in the answer as the output checks let it through (a redacted
+        argument must still meet its schema). An answer cut by `max_tokens` keeps the
+        calls it completed and says `length`."""
+        calls = extract_tool_calls(filtered)
         if calls is None:
-            return filtered, [], "stop"
+            return filtered, [], finish_reason
+        if finish_reason == "length" and calls and calls[-1].parse_error is not None:
+            calls = calls[:-1]  # the call max_tokens cut off
+            if not calls:
+                return None, [], "length"
         mode = self._runtime.loaded.policy.output.tool_calls_mode
         check = validate_tool_calls(calls, chat.tools, mode)
         chat.entry.verdicts.append(check.verdict)
@@ -357,7 +499,7 @@ class ChatService:
             return None, [], "content_filter"
         tool_calls = [
             {
-                "id": f"call_{uuid.uuid4().hex[:24]}",
+                "id": new_call_id(),
                 "type": "function",
                 "function": {"name": call.name, "arguments": call.arguments_json},
             }
@@ -366,7 +508,7 @@ class ChatService:
         ]
         if not tool_calls:
             return None, [], "content_filter"
-        return None, tool_calls, "tool_calls"
+        return None, tool_calls, "tool_calls" if finish_reason == "stop" else finish_reason
 
     def _retrieve(self, entry: AuditEntry, query: str) -> list[RetrievedChunk]:
         settings = self._runtime.loaded.policy.retrieval
@@ -400,6 +542,24 @@ class ChatService:
             )
             for tool in body.tools
         ]
+
+
+def _choices(generation: GenerationRequest, n: int) -> list[Choice]:
+    """`n` choices of one prompt; a seeded request gives each choice its own seed."""
+    if n == 1:
+        return [Choice(0, generation)]
+    seed = generation.sampling.seed
+    return [
+        Choice(
+            index,
+            replace(
+                generation,
+                request_id=f"{generation.request_id}/{index}",
+                sampling=replace(generation.sampling, seed=None if seed is None else seed + index),
+            ),
+        )
+        for index in range(n)
+    ]
 
 
 def _context_error(exc: ContextLengthExceeded) -> ApiError:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 import structlog
@@ -13,8 +14,17 @@ from sqlalchemy.exc import OperationalError
 from gateway.audit.chain import AuditWriteError
 from gateway.audit.log import AuditLog
 from gateway.audit.request_audit import RequestAudit
+from gateway.chat.logprob_release import LogprobRelease
 from gateway.chat.openai_format import chunk_body, sse, usage_chunk_body
 from gateway.chat.service import Answer, ChatService, PreparedChat
+from gateway.chat.tool_stream import (
+    CallFailed,
+    CallStarted,
+    TextPiece,
+    ToolCallStream,
+    ToolStreamEvent,
+    tool_call_delta,
+)
 from gateway.http.errors import ApiError, database_unavailable
 from gateway.http.metrics import GatewayMetrics
 from gateway.keys.store import KeyIdentity
@@ -37,6 +47,9 @@ class AnswerStream:
     texts: AsyncIterator[str]
     first: str | None
     recorded: bool = False
+    streamed_calls: int = 0
+    calls: ToolCallStream | None = field(init=False, default=None)
+    logprobs: LogprobRelease | None = field(init=False, default=None)
 
     async def events(self) -> AsyncIterator[bytes]:
         entry = self.chat.entry
@@ -46,10 +59,14 @@ class AnswerStream:
             if self.first is not None:
                 self.metrics.ttft.observe(time.perf_counter() - self.audit.started)
                 released.append(self.first)
-                yield self._chunk({"content": self.first})
+                for event in self._released(self.first):
+                    yield event
             async for text in self.texts:
                 released.append(text)
-                yield self._chunk({"content": text})
+                for event in self._released(text):
+                    yield event
+            for event in self._parsed(self.calls.close() if self.calls else []):
+                yield event
             answer = await self.service.finish(self.chat, "".join(released))
             closing = self._closing_events(answer)
             await self._record()
@@ -80,17 +97,74 @@ class AnswerStream:
                     entry.outcome, entry.status_code = "cancelled", 499
                     await self._record()
 
-    def _chunk(self, delta: dict[str, object], *, citations: bool = False) -> bytes:
-        body = chunk_body(self.chat, delta, with_usage_field=self.with_usage)
+    def __post_init__(self) -> None:
+        if self.chat.tools:
+            self.calls = ToolCallStream()
+        if self.chat.first.generation.sampling.logprobs:
+            self.logprobs = LogprobRelease(self.chat.first)
+
+    def _released(self, text: str) -> list[bytes]:
+        """The chunks of text the output checks let through: content, or tool calls."""
+        if self.calls is None:
+            return [self._chunk({"content": text}, self._logprobs_for(text))]
+        return self._parsed(self.calls.feed(text))
+
+    def _parsed(self, events: list[ToolStreamEvent]) -> list[bytes]:
+        chunks = []
+        for event in events:
+            cut = self.chat.first.finish_reason == "length"
+            if isinstance(event, CallFailed) and event.index is not None and cut:
+                continue  # max_tokens ended it: the answer says `length`
+            if isinstance(event, CallFailed) and event.index is not None:
+                # The client saw this call start: it cannot be taken back, only failed.
+                raise ApiError(
+                    500,
+                    f"The model wrote a tool call that is not valid: {event.reason}.",
+                    type="server_error",
+                    code="invalid_tool_call",
+                )
+            if isinstance(event, CallFailed):
+                event = TextPiece(event.text)
+            if isinstance(event, CallStarted):
+                self.streamed_calls += 1
+            delta = tool_call_delta(event)
+            if delta is not None:
+                text = event.text if isinstance(event, TextPiece) else ""
+                chunks.append(self._chunk(delta, self._logprobs_for(text)))
+        return chunks
+
+    def _logprobs_for(self, text: str) -> dict[str, Any] | None:
+        return None if self.logprobs is None else self.logprobs.release(text)
+
+    def _chunk(
+        self,
+        delta: dict[str, object],
+        logprobs: dict[str, Any] | None = None,
+        *,
+        citations: bool = False,
+    ) -> bytes:
+        body = chunk_body(self.chat, delta, with_usage_field=self.with_usage, logprobs=logprobs)
         return sse(body | {"citations": self.chat.citations()} if citations else body)
 
     def _closing_events(self, answer: Answer) -> list[bytes]:
         closing: list[bytes] = []
-        if self.chat.tools and answer.tool_calls:
-            calls = [call | {"index": i} for i, call in enumerate(answer.tool_calls)]
-            closing.append(self._chunk({"tool_calls": calls}))
-        elif self.chat.tools and answer.content:
-            closing.append(self._chunk({"content": answer.content}))
+        if self.streamed_calls and not answer.tool_calls:
+            # The calls went out but failed validation over the whole answer.
+            raise ApiError(
+                500,
+                "The tool call the model wrote failed validation: "
+                + "; ".join(
+                    v
+                    for verdict in self.chat.entry.verdicts
+                    if verdict.blocks
+                    for v in verdict.evidence
+                ),
+                type="server_error",
+                code="invalid_tool_call",
+            )
+        rest = self.logprobs.rest() if self.logprobs is not None else None
+        if rest is not None and rest["content"]:
+            closing.append(self._chunk({}, rest))
         closing.append(
             sse(chunk_body(self.chat, {}, answer.finish_reason, with_usage_field=self.with_usage))
         )

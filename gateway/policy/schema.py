@@ -39,6 +39,9 @@ class RetrievalSettings(_Strict):
 
 class ModelLimits(_Strict):
     max_tokens: int = Field(default=512, ge=1, description="Most tokens an answer may have.")
+    max_choices: int = Field(
+        default=4, ge=1, le=128, description="Most answers (`n`) one request may ask for."
+    )
     min_temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     max_temperature: float = Field(default=2.0, ge=0.0, le=2.0)
     system_prompt: str = "You are a helpful assistant."

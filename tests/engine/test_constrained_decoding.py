@@ -65,7 +65,11 @@ def _prompts(tokenizer: Any, questions: Sequence[str]) -> list[list[int]]:
 
 def _texts(tokenizer: Any, results: list[list[StepOutput]]) -> list[str]:
     return [
-        tokenizer.decode([o.token_id for o in outs if o.token_id is not None]) for outs in results
+        tokenizer.decode(
+            [o.token_id for o in outs if o.token_id is not None],
+            clean_up_tokenization_spaces=False,
+        )
+        for outs in results
     ]
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+from engine import PagedEngine
 from engine.detokenizer import IncrementalDetokenizer
 
 PIECES = ["Hel", "lo", " wor", "ld", "!", " END", " more"]
@@ -48,3 +50,17 @@ def test_incomplete_utf8_is_held_back() -> None:
     assert detok.add(0) == "caf"
     assert detok.add(1) == ""
     assert detok.add(2) == "é"
+
+
+def test_a_comma_after_a_space_survives_incremental_decoding(smollm2: tuple[Any, Any]) -> None:
+    """HF's space clean-up turns ' ,' into ',' once the comma arrives, after the space
+    was released: the engine decodes without it, so JSON like `"a" ,"b"` keeps its comma."""
+    engine_decode = PagedEngine.from_hf_model(smollm2[0], smollm2[1], "m", "cpu")
+    try:
+        tokenizer = smollm2[1]
+        ids = tokenizer.convert_tokens_to_ids(['"', "unit", '"', "Ġ", ",", 'Ġ"', "x"])
+        detok = IncrementalDetokenizer(engine_decode._decode, ())
+        text = "".join(detok.add(i) for i in ids) + detok.flush()
+        assert text == '"unit" , "x'
+    finally:
+        engine_decode.close()

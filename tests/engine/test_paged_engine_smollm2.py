@@ -56,7 +56,9 @@ def test_greedy_chat_equals_transformers_generate(
                 eos_token_id=[2, tokenizer.convert_tokens_to_ids("<|im_end|>")],
                 pad_token_id=2,
             )
-        expected = tokenizer.decode(out[0, prompt.shape[1] :], skip_special_tokens=True)
+        expected = tokenizer.decode(
+            out[0, prompt.shape[1] :], skip_special_tokens=True, clean_up_tokenization_spaces=False
+        )
         assert "".join(d.text for d in deltas) == expected
         assert deltas[-1].finish_reason in ("stop", "length")
         assert deltas[-1].prompt_tokens == prompt.shape[1]

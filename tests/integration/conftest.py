@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from openai import OpenAI
 from sqlalchemy import select
 
 from engine import ChatMessage, EngineMetrics, GenerationRequest, PagedEngine, TokenDelta
@@ -36,6 +37,10 @@ class RecordingEngine:
     @property
     def context_window(self) -> int:
         return self._inner.context_window
+
+    @property
+    def vocab_size(self) -> int:
+        return self._inner.vocab_size
 
     def count_prompt_tokens(self, messages: Sequence[ChatMessage]) -> int:
         return self._inner.count_prompt_tokens(messages)
@@ -113,3 +118,14 @@ def live_server(
     secret, _ = create_key(sessions, settings.default_tenant, "user")
     with serve_in_thread(settings, services) as base_url:
         yield LiveServer(base_url, secret, services, engine, settings)
+
+
+@pytest.fixture(scope="module")
+def client(live_server: LiveServer) -> OpenAI:
+    """The official `openai` client on the live server, with the server's user key."""
+    return OpenAI(
+        base_url=f"{live_server.base_url}/v1",
+        api_key=live_server.api_key,
+        max_retries=0,
+        timeout=300,
+    )

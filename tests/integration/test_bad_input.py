@@ -221,7 +221,9 @@ def test_unknown_fields_are_refused_and_openai_ones_ignored(live_server: LiveSer
     assert_openai_error(refused, 400, "frobnicate")
     assert "Unrecognized request argument" in refused.json()["error"]["message"]
     assert assert_audited_once(live_server, refused).outcome == "rejected"
-    ignored = {"logit_bias": {"1": 5}, "presence_penalty": 0.5, "response_format": {}}
+    unsupported = post(live_server, {"messages": GOOD_MESSAGES, "audio": {"voice": "alloy"}})
+    assert_openai_error(unsupported, 400, "audio")
+    ignored = {"store": True, "metadata": {"team": "a"}, "prompt_cache_key": "k"}
     tolerated = post(live_server, {"messages": GOOD_MESSAGES, "max_tokens": 2, **ignored})
     assert tolerated.status_code == 200, tolerated.text
     assert assert_audited_once(live_server, tolerated).outcome == "ok"

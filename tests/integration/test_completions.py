@@ -20,16 +20,6 @@ from tests.integration.conftest import LiveServer, wait_for_policy
 PROMPT = "The three primary colours are"
 
 
-@pytest.fixture(scope="module")
-def client(live_server: LiveServer) -> OpenAI:
-    return OpenAI(
-        base_url=f"{live_server.base_url}/v1",
-        api_key=live_server.api_key,
-        max_retries=0,
-        timeout=120,
-    )
-
-
 def one_audit_row(live_server: LiveServer, request_id: str) -> Any:
     rows = live_server.audit_rows(request_id)
     assert len(rows) == 1, f"expected one audit row for {request_id}, found {len(rows)}"
