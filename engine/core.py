@@ -83,6 +83,9 @@ class EngineCore:
         """Refuse, before queueing, a request that could never run to its end."""
         if num_prompt_tokens <= 0:
             raise EngineError("the prompt is empty")
+        vocab = self.runner.model.shape.vocab_size
+        if any(not 0 <= token < vocab for token, _ in params.logit_bias):
+            raise EngineError(f"logit_bias names a token outside the vocabulary (0 to {vocab - 1})")
         total = num_prompt_tokens + params.max_tokens
         if total > self.context_window:
             raise ContextLengthExceeded(num_prompt_tokens, params.max_tokens, self.context_window)

@@ -73,17 +73,27 @@ class Grammars:
         self._cache: OrderedDict[str, xgr.CompiledGrammar] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
+        # One compile at a time: a compile cannot be interrupted, so one that runs away
+        # holds one core, never all of them; the others wait at most `wait_s` for it.
+        self._compiling = threading.Lock()
         self.compiles = 0
 
-    def compile(self, constraint: Constraint) -> xgr.CompiledGrammar:
-        """The compiled grammar of `constraint`, from the cache when it was compiled before."""
+    def compile(self, constraint: Constraint, wait_s: float = -1) -> xgr.CompiledGrammar:
+        """The compiled grammar of `constraint`, from the cache when it was compiled before;
+        ConstraintError when another compile holds the compiler for more than `wait_s`
+        (-1: wait as long as it takes)."""
         key = constraint.key
         with self._lock:
             cached = self._cache.get(key)
             if cached is not None:
                 self._cache.move_to_end(key)
                 return cached
-        compiled = self._compile(constraint)
+        if not self._compiling.acquire(timeout=wait_s):
+            raise ConstraintError("another constraint is still compiling; retry shortly")
+        try:
+            compiled = self._compile(constraint)
+        finally:
+            self._compiling.release()
         with self._lock:
             self.compiles += 1
             self._cache[key] = compiled

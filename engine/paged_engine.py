@@ -240,7 +240,8 @@ class PagedEngine:
             return grammars.compile(constraint)
         try:
             return await asyncio.wait_for(
-                asyncio.to_thread(grammars.compile, constraint), COMPILE_TIMEOUT_S
+                asyncio.to_thread(grammars.compile, constraint, COMPILE_TIMEOUT_S),
+                COMPILE_TIMEOUT_S,
             )
         except TimeoutError as exc:
             raise ConstraintError(

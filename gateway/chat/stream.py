@@ -48,6 +48,8 @@ class AnswerStream:
     first: str | None
     recorded: bool = False
     streamed_calls: int = 0
+    released_text: str = ""
+    held: list[str] = field(default_factory=list)
     calls: ToolCallStream | None = field(init=False, default=None)
     logprobs: LogprobRelease | None = field(init=False, default=None)
 
@@ -105,9 +107,35 @@ class AnswerStream:
 
     def _released(self, text: str) -> list[bytes]:
         """The chunks of text the output checks let through: content, or tool calls."""
-        if self.calls is None:
-            return [self._chunk({"content": text}, self._logprobs_for(text))]
-        return self._parsed(self.calls.feed(text))
+        if self.calls is not None:
+            return self._parsed(self.calls.feed(text))
+        if self._holds(text):
+            return []
+        return [self._chunk({"content": text}, self._logprobs_for(text))]
+
+    def _holds(self, text: str) -> bool:
+        """A JSON answer that the output checks changed is held from there on: only the
+        whole answer can show it still meets the schema, and it is sent only if it does."""
+        self.released_text += text
+        if self.chat.shape.json_answer and not self.held:
+            raw = "".join(self.chat.first.answer_parts)
+            if not raw.startswith(self.released_text):
+                self.held.append("")
+        if self.held:
+            self.held.append(text)
+        return bool(self.held)
+
+    def _held_events(self, answer: Answer) -> list[bytes]:
+        if not self.held:
+            return []
+        if answer.finish_reason == "content_filter":
+            raise ApiError(
+                422,
+                answer.refusal or "The answer was withheld by the output checks.",
+                code="answer_withheld",
+            )
+        text = "".join(self.held)
+        return [self._chunk({"content": text}, self._logprobs_for(text))]
 
     def _parsed(self, events: list[ToolStreamEvent]) -> list[bytes]:
         chunks = []
@@ -147,7 +175,7 @@ class AnswerStream:
         return sse(body | {"citations": self.chat.citations()} if citations else body)
 
     def _closing_events(self, answer: Answer) -> list[bytes]:
-        closing: list[bytes] = []
+        closing: list[bytes] = self._held_events(answer)
         if self.streamed_calls and not answer.tool_calls:
             # The calls went out but failed validation over the whole answer.
             raise ApiError(

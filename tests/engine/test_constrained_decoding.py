@@ -17,6 +17,7 @@ from engine import (
     Constraint,
     ConstraintError,
     EngineConfig,
+    EngineError,
     GenerationRequest,
     PagedEngine,
     SamplingParams,
@@ -239,3 +240,20 @@ def test_logit_bias_forces_and_forbids_tokens(
         [prompt], SamplingParams(max_tokens=3, logit_bias=((forced_id, 100.0),))
     )[0]
     assert [o.token_id for o in forced] == [forced_id] * 3
+
+
+def test_a_compile_waits_for_the_one_before_it_only_so_long(smollm2: tuple[Any, Any]) -> None:
+    """A compile cannot be interrupted, so they run one at a time: a runaway one holds a
+    single core, and the requests behind it are refused instead of piling up."""
+    grammars = Grammars(smollm2[1], 49152, [2])
+    # A compile in progress holds the compiler.
+    with grammars._compiling, pytest.raises(ConstraintError, match="still compiling"):
+        grammars.compile(Constraint("regex", "[a-z]+"), wait_s=0.05)
+    assert grammars.compile(Constraint("regex", "[a-z]+"), wait_s=0.05) is not None
+
+
+def test_logit_bias_outside_the_vocabulary_is_refused(native_engine: PagedEngine) -> None:
+    question = (ChatMessage("user", "Hi"),)
+    params = SamplingParams(max_tokens=2, logit_bias=((10**9, 1.0),))
+    with pytest.raises(EngineError, match="outside the vocabulary"):
+        collect_deltas(native_engine, GenerationRequest("v", question, params))

@@ -91,7 +91,7 @@ def assert_audited_once(live_server: LiveServer, response: httpx.Response) -> Au
             "max_completion_tokens",
         ),
         ("n of zero", {"messages": GOOD_MESSAGES, "n": 0}, None, "n"),
-        ("n above one", {"messages": GOOD_MESSAGES, "n": 3}, None, "n"),
+        ("n above the policy limit", {"messages": GOOD_MESSAGES, "n": 5}, None, "n"),
         ("seed beyond 64 bits", {"messages": GOOD_MESSAGES, "seed": 2**70}, None, "seed"),
         ("messages not a list", {"messages": "hi"}, None, "messages"),
         ("tools not a list", {"messages": GOOD_MESSAGES, "tools": {"a": 1}}, None, "tools"),

@@ -427,3 +427,30 @@ def test_hostile_schemas_are_answered_within_a_second(
 def _upload_seconds(schema: dict[str, Any]) -> float:
     """Sending and parsing a megabyte of JSON on this machine is not the schema's cost."""
     return len(json.dumps(schema)) / 2_000_000
+
+
+def test_a_streamed_json_answer_is_held_once_redacted_and_withheld_if_broken(
+    client: OpenAI,
+) -> None:
+    strict = {
+        "type": "object",
+        "properties": {
+            "email": {"type": "string", "pattern": "^[a-z]{2,8}@[a-z]{3,8}\\.com$"},
+        },
+        "required": ["email"],
+        "additionalProperties": False,
+    }
+    stream = client.chat.completions.create(
+        model="",
+        messages=[{"role": "user", "content": "Make up an email address for Bob."}],
+        response_format=_schema_format("email", strict),  # type: ignore[arg-type]
+        temperature=0,
+        max_tokens=60,
+        stream=True,
+    )
+    received = ""
+    with pytest.raises(openai.APIError, match="no longer matches the schema"):
+        for chunk in stream:
+            if chunk.choices:
+                received += chunk.choices[0].delta.content or ""
+    assert "@" not in received  # nothing past the redaction went out
