@@ -9,7 +9,7 @@ from litestar import Request, Response, Router, get, post
 from litestar.params import JSONBody
 from litestar.response import Stream
 
-from gateway.audit.request_audit import RequestAudit, audit_every_request, request_audit_of
+from gateway.audit.request_audit import audit_every_request, caller_audit
 from gateway.chat.openai_format import completion_body
 from gateway.chat.schemas import ChatCompletionRequest, ModelList
 from gateway.chat.service import ChatService
@@ -42,9 +42,8 @@ async def chat_completions(
     services: ServicesDep,
     identity: IdentityDep,
 ) -> Response[Any]:
-    audit = _request_audit(request)
+    audit = caller_audit(request.scope, identity)
     entry = audit.entry
-    entry.tenant, entry.key_id = identity.tenant, identity.key_id
     service = ChatService(services, policy_for(services.policies, identity))
     chat = await service.prepare(data, entry)
     if data.stream:
@@ -77,13 +76,6 @@ async def chat_completions(
         status_code=200,
         headers={"x-bastion-overhead-ms": f"{overhead:.1f}"},
     )
-
-
-def _request_audit(request: Request[Any, Any, Any]) -> RequestAudit:
-    audit = request_audit_of(request.scope)
-    if audit is None:
-        raise RuntimeError("the chat route runs without its audit middleware")
-    return audit
 
 
 CHAT_ROUTER = Router(

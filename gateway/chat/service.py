@@ -36,6 +36,12 @@ from gateway.chat.schemas import (
 )
 from gateway.chat.tool_stream import new_call_id
 from gateway.http.errors import ApiError, guardrail_block
+from gateway.http.model_requests import (
+    answer_budget,
+    check_model,
+    context_error,
+    engine_refusal,
+)
 from gateway.keys.store import KeyIdentity
 from gateway.limits.quotas import charge_tokens
 from gateway.policy.runtime import PolicyRuntime
@@ -249,35 +255,13 @@ class ChatService:
         entry.end_user = body.user
 
     def _check_model(self, body: ChatCompletionRequest) -> None:
-        model_id = self._services.engine.model_id
-        if body.model not in (None, "", model_id):
-            raise ApiError(
-                404,
-                f"The model '{body.model}' does not exist. Available: {model_id}.",
-                code="model_not_found",
-                param="model",
-            )
+        check_model(body.model, self._services.engine.model_id)
 
     def _check_limits(self, body: ChatCompletionRequest) -> int:
         """The answer's token budget, once it and the temperature are within the policy."""
         limits = self._runtime.loaded.policy.model
         max_tokens = body.max_completion_tokens or body.max_tokens or limits.max_tokens
-        if max_tokens > limits.max_tokens:
-            raise ApiError(
-                400,
-                f"max_tokens is {max_tokens}, above this policy's limit of {limits.max_tokens}.",
-                param="max_tokens",
-                code="invalid_value",
-            )
-        if not limits.min_temperature <= body.temperature <= limits.max_temperature:
-            raise ApiError(
-                400,
-                f"temperature must be between {limits.min_temperature} and "
-                f"{limits.max_temperature} under this policy.",
-                param="temperature",
-                code="invalid_value",
-            )
-        return max_tokens
+        return answer_budget(limits, max_tokens, body.temperature)
 
     def _check_tools(self, body: ChatCompletionRequest) -> list[ToolSpec]:
         """The tools the request declares, once the policy allows each of them."""
@@ -302,7 +286,8 @@ class ChatService:
         engine = self._services.engine
         tokens = engine.count_prompt_tokens(messages)
         if tokens + max_tokens > engine.context_window:
-            raise _context_error(ContextLengthExceeded(tokens, max_tokens, engine.context_window))
+            exceeded = ContextLengthExceeded(tokens, max_tokens, engine.context_window)
+            raise context_error(exceeded, "messages")
 
     async def _screen_input(self, body: ChatCompletionRequest, entry: AuditEntry) -> _Screened:
         """Run the input guardrails over every message; a blocking verdict refuses it."""
@@ -406,16 +391,8 @@ class ChatService:
         try:
             async for delta in self._services.engine.stream(choice.generation):
                 yield delta
-        except EngineOverloaded as exc:
-            raise ApiError(
-                429,
-                str(exc),
-                type="rate_limit_error",
-                code="engine_overloaded",
-                headers={"retry-after": str(max(1, round(exc.retry_after_s)))},
-            ) from exc
-        except ContextLengthExceeded as exc:
-            raise _context_error(exc) from exc
+        except (EngineOverloaded, ContextLengthExceeded) as exc:
+            raise engine_refusal(exc, "messages") from exc
         except ConstraintError as exc:
             param = "tools" if chat.shape.tool_mode != "none" else "response_format"
             raise ApiError(400, str(exc), param=param, code="invalid_schema") from exc
@@ -560,10 +537,6 @@ def _choices(generation: GenerationRequest, n: int) -> list[Choice]:
         )
         for index in range(n)
     ]
-
-
-def _context_error(exc: ContextLengthExceeded) -> ApiError:
-    return ApiError(400, str(exc), param="messages", code="context_length_exceeded")
 
 
 def _reason(verdict: Verdict) -> str:
