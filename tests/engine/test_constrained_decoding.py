@@ -25,6 +25,7 @@ from engine import (
 )
 from engine.core import StepOutput
 from engine.grammar import Grammars
+from engine.model_runner import ModelRunner
 from engine.tokenization import encode_chat
 from tests.engine.conftest import collect_deltas, needs_compiler
 
@@ -104,7 +105,7 @@ def test_native_int8_answers_follow_the_schema_and_repeat_exactly(
 
 
 def test_pytorch_path_mixed_steps_and_preemption_keep_answers_valid(
-    smollm2: tuple[Any, Any],
+    smollm2: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A small pool forces preemption; long and short prompts mix prefill chunks with
     decodes. The matcher keeps its state through the recompute, so each answer is the one
@@ -118,12 +119,21 @@ def test_pytorch_path_mixed_steps_and_preemption_keep_answers_valid(
         expected = [_texts(tokenizer, alone.generate([p], _schema_params()))[0] for p in prompts]
     finally:
         alone.close()
+    steps: list[tuple[int, int]] = []  # (decodes, prefill chunks) of each step
+    run_model = ModelRunner.run_model
+
+    def record(runner: ModelRunner, ids: Any, positions: Any, ctx: Any, *rest: Any) -> Any:
+        steps.append((ctx.num_decodes, len(ctx.prefills)))
+        return run_model(runner, ids, positions, ctx, *rest)
+
+    monkeypatch.setattr(ModelRunner, "run_model", record)
     crowded = _engine(
         smollm2, native_decode=False, num_kv_blocks=16, block_size=16, max_batched_tokens=64
     )
     try:
         results = crowded.generate(prompts, _schema_params())
         assert crowded._core.scheduler.num_preemptions > 0
+        assert any(decodes and chunks for decodes, chunks in steps)  # mixed steps ran
     finally:
         crowded.close()
     texts = _texts(tokenizer, results)
