@@ -28,11 +28,10 @@ from gateway.audit.log import AuditEntry
 from gateway.chat.answer_check import check_json_answer
 from gateway.chat.output_shape import OutputShape, output_shape
 from gateway.chat.prompt import engine_messages
+from gateway.chat.request_checks import allowed_tools, check_client_schemas, check_parameters
 from gateway.chat.schemas import (
     ChatCompletionRequest,
     Message,
-    NamedToolChoice,
-    ResponseFormatJsonSchema,
 )
 from gateway.chat.tool_stream import new_call_id
 from gateway.http.errors import ApiError, guardrail_block
@@ -46,7 +45,6 @@ from gateway.keys.store import KeyIdentity
 from gateway.limits.quotas import charge_tokens
 from gateway.policy.runtime import PolicyRuntime
 from gateway.services import Services
-from gateway.structured import SchemaRefused, check_client_schema
 from guardrails import (
     StreamingRedactor,
     ToolSpec,
@@ -153,11 +151,11 @@ class ChatService:
         policy = self._runtime.loaded.policy
         self._record_request(body, entry)
         self._check_model(body)
-        self._check_parameters(body)
+        check_parameters(body, policy.model, self._services.engine.vocab_size)
         max_tokens = self._check_limits(body)
-        tools = self._check_tools(body)
+        tools = allowed_tools(body, policy.model)
         shape = output_shape(body, tools)
-        self._check_shape(body, tools)
+        check_client_schemas(body, tools, policy.structured_output)
         entry.details.update(shape.audit_details())
         self._check_context([ChatMessage("user", m.text) for m in body.messages], max_tokens)
         screened = await self._screen_input(body, entry)
@@ -186,69 +184,6 @@ class ChatService:
             restorable=screened.restorable,
         )
 
-    def _check_parameters(self, body: ChatCompletionRequest) -> None:
-        """Parameters that are valid alone but not together, or not under this policy."""
-        if body.top_logprobs is not None and not body.logprobs:
-            raise ApiError(400, "top_logprobs requires logprobs to be true.", param="top_logprobs")
-        if body.stream and body.n > 1:
-            raise ApiError(
-                400,
-                "n > 1 is not supported with stream; ask for one choice per request.",
-                param="n",
-                code="unsupported_parameter",
-            )
-        max_choices = self._runtime.loaded.policy.model.max_choices
-        if body.n > max_choices:
-            raise ApiError(
-                400,
-                f"n is {body.n}, above this policy's limit of {max_choices}.",
-                param="n",
-                code="invalid_value",
-            )
-        declared = {tool.function.name for tool in body.tools or []}
-        if body.tool_choice not in (None, "none") and not declared:
-            raise ApiError(400, "tool_choice needs tools.", param="tool_choice")
-        named = body.tool_choice
-        if isinstance(named, NamedToolChoice) and named.function.name not in declared:
-            raise ApiError(
-                400,
-                f"tool_choice names the function '{named.function.name}', which is not in tools.",
-                param="tool_choice",
-            )
-        called: set[str] = set()
-        for index, message in enumerate(body.messages):
-            called.update(call.id for call in message.tool_calls or [])
-            if message.role == "tool" and message.tool_call_id not in called:
-                raise ApiError(
-                    400,
-                    "A message with role 'tool' must answer an earlier assistant tool call: "
-                    f"its tool_call_id {message.tool_call_id!r} names none.",
-                    param=f"messages.{index}.tool_call_id",
-                )
-        vocab = self._services.engine.vocab_size
-        for token, _ in body.token_bias:
-            if token >= vocab:
-                raise ApiError(
-                    400,
-                    f"logit_bias names token {token}; this model's token ids are below {vocab}.",
-                    param="logit_bias",
-                )
-
-    def _check_shape(self, body: ChatCompletionRequest, tools: list[ToolSpec]) -> None:
-        """Client schemas are untrusted: each must pass the policy's limits and use only
-        keywords the constraint enforces."""
-        limits = self._runtime.loaded.policy.structured_output
-        try:
-            response = body.response_format
-            if isinstance(response, ResponseFormatJsonSchema):
-                check_client_schema(
-                    response.json_schema.json_schema, limits, "response_format.json_schema.schema"
-                )
-            for index, tool in enumerate(tools):
-                check_client_schema(tool.parameters, limits, f"tools.{index}.function.parameters")
-        except SchemaRefused as exc:
-            raise ApiError(400, str(exc), param=exc.param, code="invalid_schema") from exc
-
     def _record_request(self, body: ChatCompletionRequest, entry: AuditEntry) -> None:
         entry.policy_version = self._runtime.loaded.version
         entry.model = self._services.engine.model_id
@@ -262,23 +197,6 @@ class ChatService:
         limits = self._runtime.loaded.policy.model
         max_tokens = body.max_completion_tokens or body.max_tokens or limits.max_tokens
         return answer_budget(limits, max_tokens, body.temperature)
-
-    def _check_tools(self, body: ChatCompletionRequest) -> list[ToolSpec]:
-        """The tools the request declares, once the policy allows each of them."""
-        limits = self._runtime.loaded.policy.model
-        tools = self._declared_tools(body)
-        if tools and not limits.allow_tools:
-            raise ApiError(400, "Tools are not allowed by this policy.", param="tools")
-        if tools and limits.allowed_tools is not None:
-            refused = sorted({t.name for t in tools} - set(limits.allowed_tools))
-            if refused:
-                raise ApiError(
-                    400,
-                    f"This policy does not allow the tools: {', '.join(refused)}.",
-                    param="tools",
-                    code="tool_not_allowed",
-                )
-        return tools
 
     def _check_context(self, messages: Sequence[ChatMessage], max_tokens: int) -> None:
         """Refuse a prompt that leaves no room for `max_tokens` in the context window;
@@ -506,19 +424,6 @@ class ChatService:
                 kept.append(chunk)
         # The prompt numbers sources in this order; citations must use the same numbers.
         return select_for_prompt(kept)
-
-    @staticmethod
-    def _declared_tools(body: ChatCompletionRequest) -> list[ToolSpec]:
-        if not body.tools or body.tool_choice == "none":
-            return []
-        return [
-            ToolSpec(
-                name=tool.function.name,
-                parameters=tool.function.parameters,
-                description=tool.function.description,
-            )
-            for tool in body.tools
-        ]
 
 
 def _choices(generation: GenerationRequest, n: int) -> list[Choice]:
