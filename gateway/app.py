@@ -17,6 +17,7 @@ from gateway.chat.routes import CHAT_ROUTER
 from gateway.completions.routes import COMPLETIONS_ROUTER
 from gateway.documents.routes import DOCUMENT_ROUTER
 from gateway.embeddings.routes import EMBEDDINGS_ROUTER
+from gateway.guardrails_check.routes import GUARDRAILS_CHECK_ROUTER
 from gateway.http.auth import DEPENDENCIES
 from gateway.http.exception_handlers import EXCEPTION_HANDLERS
 from gateway.http.metrics import GatewayMetrics, count_response, metrics_endpoint
@@ -59,6 +60,7 @@ def create_app(settings: Settings, services: Services | None = None) -> Litestar
             CHAT_ROUTER,
             COMPLETIONS_ROUTER,
             EMBEDDINGS_ROUTER,
+            GUARDRAILS_CHECK_ROUTER,
             AUDIT_ROUTER,
             REVIEW_PAGE_ROUTER,
             KEY_ROUTER,

@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
+from guardrails.injection import CHECK_NAME as INJECTION
 from guardrails.injection import InjectionDetector
+from guardrails.pii import CHECK_NAME as PII
 from guardrails.pii import PiiRedactor
+from guardrails.topics import CHECK_NAME as TOPIC
 from guardrails.topics import TopicMatcher
 from guardrails.verdict import Verdict
+
+T = TypeVar("T")
+
+
+def timed(timings: dict[str, float] | None, check: str, run: Callable[[], T]) -> T:
+    """`run()`, its wall time in ms recorded under `check` when `timings` is given (the
+    check endpoint reports each stage's latency of the very call the chat path makes)."""
+    started = time.perf_counter()
+    try:
+        return run()
+    finally:
+        if timings is not None:
+            timings[check] = (time.perf_counter() - started) * 1000
 
 
 @dataclass(slots=True)
@@ -35,28 +53,36 @@ class InputGuardrails:
         self._topics = topics
 
     def check(
-        self, texts: Sequence[str], topic_text: str, roles: Sequence[str] | None = None
+        self,
+        texts: Sequence[str],
+        topic_text: str,
+        roles: Sequence[str] | None = None,
+        timings: dict[str, float] | None = None,
     ) -> InputCheckResult:
         """Check a request's texts (every message, system and tool ones included; `roles`
         labels them in the evidence). `topic_text` (the last user message) is
         topic-checked unredacted, as the injection check read it, so a caching embedder
         serves both checks with one model pass (`topics.topic_text`; the injection check
         embeds it along with its own texts when it embeds any); the topic verdict
-        records only topic names and scores, never the text."""
+        records only topic names and scores, never the text. `timings`, when given, gets each
+        check's latency in ms."""
         along = [] if self._topics is None else self._topics.query_texts(topic_text)
-        injection = self._injection.check(texts, roles, embed_along=along)
+        injection = timed(
+            timings, INJECTION, lambda: self._injection.check(texts, roles, embed_along=along)
+        )
         verdicts = [injection]
         if injection.blocks:
             return InputCheckResult(list(texts), verdicts, injection, {})
 
-        pii = self._pii.check_detailed(texts)
+        pii = timed(timings, PII, lambda: self._pii.check_detailed(texts))
         verdicts.append(pii.verdict)
         if pii.verdict.blocks:
             return InputCheckResult(list(texts), verdicts, pii.verdict, {})
         if self._topics is None:
             return InputCheckResult(pii.texts, verdicts, None, pii.placeholders, pii.restorable)
 
-        topic = self._topics.check(topic_text)
+        topics = self._topics
+        topic = timed(timings, TOPIC, lambda: topics.check(topic_text))
         verdicts.append(topic)
         blocking = topic if topic.blocks else None
         return InputCheckResult(pii.texts, verdicts, blocking, pii.placeholders, pii.restorable)

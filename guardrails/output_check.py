@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
+from guardrails.input_check import timed
+from guardrails.leaks import CHECK_NAME as LEAK_CHECK_NAME
 from guardrails.leaks import LeakDetector
 from guardrails.pii import CHECK_NAME as PII_CHECK_NAME
 from guardrails.pii import PiiRedactor, restore
+from guardrails.secrets import CHECK_NAME as SECRETS_CHECK_NAME
 from guardrails.secrets import SecretsFilter
 from guardrails.verdict import Action, Filtered, Verdict, run_output_filter
 
@@ -43,18 +47,21 @@ class OutputGuardrails:
         text: str,
         restorable: dict[str, str] | None = None,
         known: dict[str, str] | None = None,
+        timings: dict[str, float] | None = None,
     ) -> OutputCheckResult:
         """Filter a whole answer. `restorable` (from `PiiCheck.restorable`) is put back
         after filtering; `known` (placeholder -> value) keeps PII numbering stable across
-        calls on the same answer and is updated in place."""
+        calls on the same answer and is updated in place; `timings`, when given, gets
+        each check's latency in ms."""
         verdicts: list[Verdict] = []
-        for step in (self._leaks, self._secrets):
+        steps = ((LEAK_CHECK_NAME, self._leaks), (SECRETS_CHECK_NAME, self._secrets))
+        for name, step in steps:
             if step is not None:
-                result = step.filter(text)
+                result = timed(timings, name, partial(step.filter, text))
                 text = result.text
                 verdicts.append(result.verdict)
-        if self._pii is not None:
-            result = self._filter_pii(self._pii, text, known)
+        if (pii := self._pii) is not None:
+            result = timed(timings, PII_CHECK_NAME, lambda: self._filter_pii(pii, text, known))
             text = result.text
             verdicts.append(result.verdict)
         if restorable:

@@ -115,6 +115,17 @@ class StructuredOutputLimits(_Strict):
     )
 
 
+class GuardrailsCheckSettings(_Strict):
+    """Who besides admins may try this policy's checks on a text
+    (`POST /v1/guardrails/check`)."""
+
+    allow_user: bool = Field(
+        default=False,
+        description="Let `user` keys bound to this policy call the check endpoint (admins "
+        "always may).",
+    )
+
+
 class Policy(_Strict):
     """The checks, retrieval and model limits that apply to a tenant's requests."""
 
@@ -129,6 +140,11 @@ class Policy(_Strict):
     audit: AuditSettings = Field(default_factory=AuditSettings)
     rate_limits: RateLimits = Field(default_factory=RateLimits)
     structured_output: StructuredOutputLimits = Field(default_factory=StructuredOutputLimits)
+    guardrails_check: GuardrailsCheckSettings = Field(
+        default_factory=GuardrailsCheckSettings,
+        description="Access to the check endpoint, which runs this policy's checks on a "
+        "text without generating.",
+    )
 
 
 @dataclass(frozen=True, slots=True)

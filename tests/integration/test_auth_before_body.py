@@ -16,6 +16,7 @@ ROUTES = [
     ("/v1/chat/completions", "user", "auditor"),
     ("/v1/completions", "user", "auditor"),
     ("/v1/embeddings", "user", "auditor"),
+    ("/v1/guardrails/check", "admin", "user"),
     ("/admin/keys", "admin", "user"),
     ("/documents/search", "user", "auditor"),
 ]

@@ -46,6 +46,8 @@ applies_to:
   tenants: [{TENANT}]
 model:
   max_tokens: 3
+guardrails_check:
+  allow_user: true
 """
 ROLE_FOR_PREFIX = {
     "/v1/": "user",
@@ -65,6 +67,7 @@ AUDITED_EVERY_REQUEST = {
     "POST /v1/chat/completions",
     "POST /v1/completions",
     "POST /v1/embeddings",
+    "POST /v1/guardrails/check",
 }
 CHECKS = [not_a_server_error, status_code_conformance, response_schema_conformance]
 

@@ -13,6 +13,8 @@ from tests.integration.conftest import LiveServer
 # Which roles may call each area; a route outside every area fails the test, so new
 # routes must be placed here.
 ALLOWED_ROLES = {
+    # user keys too where their policy allows it (the default policy does not)
+    "/v1/guardrails/": {"admin"},
     "/v1/": {"user", "admin"},
     "/documents/search": {"user", "admin"},
     "/documents": {"admin"},

@@ -16,6 +16,10 @@ BODIES = {
     ("post", "/v1/chat/completions"): ("application/json", {"messages", "tools", "stream"}),
     ("post", "/v1/completions"): ("application/json", {"prompt", "logprobs", "stream"}),
     ("post", "/v1/embeddings"): ("application/json", {"input", "encoding_format", "dimensions"}),
+    ("post", "/v1/guardrails/check"): (
+        "application/json",
+        {"text", "messages", "direction", "checks"},
+    ),
     ("post", "/admin/keys"): ("application/json", {"role", "expires_at"}),
     ("post", "/admin/keys/{key_id}/rotate"): ("application/json", {"grace_seconds"}),
     ("post", "/documents/search"): ("application/json", {"query", "top_k", "mode"}),
