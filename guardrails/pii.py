@@ -27,10 +27,11 @@ from pathlib import Path
 import tldextract
 from presidio_analyzer import AnalyzerEngine, Pattern, PatternRecognizer, RecognizerRegistry
 from presidio_analyzer.nlp_engine import NlpArtifacts, SpacyNlpEngine
-from presidio_analyzer.predefined_recognizers import CreditCardRecognizer, PhoneRecognizer
+from presidio_analyzer.predefined_recognizers import PhoneRecognizer
 from presidio_analyzer.predefined_recognizers.generic import email_recognizer
 
 from guardrails.config import PiiConfig
+from guardrails.pii_recognizers import VersionAwareIpRecognizer, supplementary_recognizers
 from guardrails.verdict import Action, Verdict, failed_check
 
 CHECK_NAME = "pii"
@@ -121,39 +122,6 @@ def _nlp_engine() -> SpacyNlpEngine:
     return nlp_engine
 
 
-def _supplementary_recognizers() -> list[PatternRecognizer]:
-    """Formats presidio misses: Mastercard's 2-series (2221-2720, Luhn-checked like
-    other cards), and separated US-style phone numbers (with an extension or a 001
-    prefix too) that phonenumbers rejects when the area code is unassigned. For redaction
-    a missed number costs more than a masked order number."""
-    return [
-        CreditCardRecognizer(
-            patterns=[
-                Pattern(
-                    "mastercard_2_series",
-                    r"\b2(?:22[1-9]|2[3-9]\d|[3-6]\d\d|7[01]\d|720)"
-                    r"[- ]?\d{4}[- ]?\d{4}[- ]?\d{4}\b",
-                    0.3,
-                )
-            ],
-            name="mastercard_2_series",
-        ),
-        PatternRecognizer(
-            supported_entity="PHONE_NUMBER",
-            name="formatted_phone",
-            patterns=[
-                Pattern(
-                    "us_phone_with_separators",
-                    r"(?<![\w+])(?:\+?1[-.\s]|001[-.\s])?(?:\(\d{3}\)\s?|\d{3}[-.\s])\d{3}[-.\s]\d{4}"
-                    r"(?:\s?(?:x|ext\.?)\s?\d{1,6})?\b",
-                    0.4,
-                )
-            ],
-            context=["phone", "call", "tel", "telephone", "mobile", "cell", "fax", "number"],
-        ),
-    ]
-
-
 def build_analyzer(countries: Sequence[str] = RECOGNIZER_COUNTRIES) -> AnalyzerEngine:
     """The analyzer with generic recognizers plus those of `countries` (e.g. a policy's
     `pii.countries`); built once per set of countries."""
@@ -169,7 +137,9 @@ def _build_analyzer(countries: tuple[str, ...]) -> AnalyzerEngine:
     registry.load_predefined_recognizers(
         languages=["en"], nlp_engine=nlp_engine, countries=list(countries)
     )
-    for recognizer in _supplementary_recognizers():
+    registry.remove_recognizer("IpRecognizer")
+    registry.add_recognizer(VersionAwareIpRecognizer())
+    for recognizer in supplementary_recognizers():
         registry.add_recognizer(recognizer)
     regions = phone_regions(countries)
     if regions:

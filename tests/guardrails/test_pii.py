@@ -236,3 +236,69 @@ def test_phone_numbers_are_read_in_the_national_formats_of_the_policys_countries
     assert phones(["us"], "Call +44 20 7946 0958 today.") == ["+44 20 7946 0958"]
     assert phones(["us"], "Call me at (555) 201-3344.") == ["(555) 201-3344"]
     assert phone_regions(["uk", "us", "xx"]) == ("GB", "US")
+
+
+@pytest.mark.parametrize(
+    "email",
+    [
+        "jane.doe@acme.local",
+        "ops@build.internal",
+        "it-help@hq.corp",
+        "bob@mail.example",
+        "qa+1@staging.test",
+        "admin@router.lan",
+        "nas@house.home.arpa",
+        "hr@portal.intranet",
+        "root@box.localdomain",
+    ],
+)
+def test_email_at_internal_or_reserved_domain_is_redacted(
+    redactor: PiiRedactor, email: str
+) -> None:
+    result = redactor.redact(f"Forward it to {email} today.")
+    assert result.text == "Forward it to <EMAIL_ADDRESS_1> today."
+    assert result.placeholders == {"<EMAIL_ADDRESS_1>": email}
+
+
+def test_ordinary_email_is_unchanged_and_a_bare_internal_host_is_no_email(
+    redactor: PiiRedactor,
+) -> None:
+    result = redactor.redact("Mail anna@example.co.uk, not the host build.corp or acme.local.")
+    assert result.text == "Mail <EMAIL_ADDRESS_1>, not the host build.corp or acme.local."
+    assert [f.entity_type for f in result.findings] == ["EMAIL_ADDRESS"]
+    # An unknown suffix that is not a reserved one is still refused, as presidio does.
+    assert redactor.redact("see a@b.notatld").text == "see a@b.notatld"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Upgrade to version 10.2.0.1 tonight.",
+        "Running v1.2.3.4 in production.",
+        "release 2.0.0.1 fixes it",
+        "Firmware: 4.1.0.12 is out",
+        "build 7.0.0.3 failed",
+        "Ver. 3.3.3.3",
+    ],
+)
+def test_version_string_shaped_like_an_ipv4_address_is_kept(
+    redactor: PiiRedactor, text: str
+) -> None:
+    assert redactor.redact(text).text == text
+
+
+@pytest.mark.parametrize(
+    ("text", "redacted"),
+    [
+        ("Please connect to 10.2.0.1 now.", "Please connect to <IP_ADDRESS_1> now."),
+        ("The server at 192.168.1.20 is down.", "The server at <IP_ADDRESS_1> is down."),
+        (
+            "version 2.0.0.1 runs on 10.0.0.7",
+            "version 2.0.0.1 runs on <IP_ADDRESS_1>",
+        ),
+    ],
+)
+def test_real_ip_addresses_are_still_redacted(
+    redactor: PiiRedactor, text: str, redacted: str
+) -> None:
+    assert redactor.redact(text).text == redacted
