@@ -9,6 +9,7 @@ from datetime import timedelta
 from gateway.commands._common import add_data_dir, record_admin_action
 from gateway.db.models import utc_now
 from gateway.keys.store import ROLES, create_key, list_keys, revoke_key, rotate_key
+from gateway.keys.tenant_binding import tenants_bound_in, unbound_tenant_warning
 from gateway.settings import Settings
 
 
@@ -66,6 +67,11 @@ def run_create(settings: Settings, args: argparse.Namespace) -> int:
         "This is the only time the key is shown.",
         file=sys.stderr,
     )
+    if identity.tenant not in tenants_bound_in(settings.policy_dir):
+        print(
+            f"warning: {unbound_tenant_warning(identity.tenant, settings.policy_dir)}",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -6,6 +6,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+import structlog
 from litestar import Request, Router, delete, get, post
 from litestar.params import FromPath, JSONBody
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -15,7 +16,11 @@ from gateway.http.auth import ADMIN_ROLES, IdentityDep, ServicesDep, require_rol
 from gateway.http.body import require_json
 from gateway.http.errors import not_found
 from gateway.http.openapi_docs import BEARER_SECURITY, errors
-from gateway.keys.store import create_key, list_keys, revoke_key, rotate_key
+from gateway.keys.store import KeyIdentity, create_key, list_keys, revoke_key, rotate_key
+from gateway.keys.tenant_binding import unbound_tenant_warning
+from gateway.services import Services
+
+log = structlog.get_logger(__name__)
 
 MAX_LIMIT = 2**31 - 1  # the largest value an INTEGER column holds in PostgreSQL too
 
@@ -54,6 +59,10 @@ class NewKey(BaseModel):
     tenant: str
     role: str
     replaces: str | None = None
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="What to fix before the key works, e.g. no policy binds its tenant.",
+    )
 
 
 class KeyView(BaseModel):
@@ -101,7 +110,27 @@ async def create_api_key(
     await audit_admin_request(
         request, services, identity, "admin.key_created", key=created.key_id, role=created.role
     )
-    return NewKey(id=created.key_id, key=secret, tenant=created.tenant, role=created.role)
+    return NewKey(
+        id=created.key_id,
+        key=secret,
+        tenant=created.tenant,
+        role=created.role,
+        warnings=_binding_warnings(services, created),
+    )
+
+
+def _binding_warnings(services: Services, created: KeyIdentity) -> list[str]:
+    """A warning when no policy binds the new key's tenant; logged without the secret."""
+    if services.policies.for_tenant(created.tenant) is not None:
+        return []
+    folder = services.policies.folder
+    log.warning(
+        "keys.tenant_unbound",
+        tenant=created.tenant,
+        key_id=created.key_id,
+        policy_dir=str(folder),
+    )
+    return [unbound_tenant_warning(created.tenant, folder)]
 
 
 @get("/", responses=errors())
