@@ -1,9 +1,12 @@
 """Prompt-injection and jailbreak detection, in layers over de-obfuscated text.
 
-1. `decoded_variants`: NFKC, invisibles, homoglyphs, base64, hex, rot13, leetspeak.
-2. Regex families (built in, plus the policy's `extra_patterns`). They require the
-   imperative *and* its object ("ignore ... previous instructions"), so questions about
-   injections or everyday phrases ("ignore the previous email") pass.
+1. `decoded_variants`: NFKC, invisibles, homoglyphs, base64, hex, rot13, leetspeak,
+   spaced letters, reversed text.
+2. Regex families (built in, persona switches from `persona_patterns.py`, plus the
+   policy's `extra_patterns`). They require the imperative *and* its object ("ignore ...
+   previous instructions"), so questions about injections or everyday phrases ("ignore the
+   previous email") pass. `fuzzy.py` matches the "ignore previous instructions" family
+   through dropped and swapped letters ("ign0r all prev instrctns").
 3. With an embedder, the trained classifier (`injection_classifier.py`) catches
    paraphrased attacks the patterns miss; its n-gram screen clears most ordinary text
    without embedding it.
@@ -20,12 +23,14 @@ from dataclasses import dataclass
 
 from guardrails.config import InjectionConfig
 from guardrails.embedding import Embedder
+from guardrails.fuzzy import fuzzy_ignore_instructions
 from guardrails.injection_classifier import (
     WINDOW_CHARS,
     InjectionClassifier,
     text_windows,
 )
 from guardrails.normalize import decoded_variants
+from guardrails.persona_patterns import PERSONA_PATTERNS, TRANSLATED_PERSONA_KEYS
 from guardrails.verdict import Verdict, failed_check
 
 CHECK_NAME = "prompt_injection"
@@ -111,7 +116,11 @@ BUILTIN_PATTERNS: tuple[tuple[str, str], ...] = (
         r"(?:filters?|guidelines|restrictions|policies|policy|rules|settings)\b",
     ),
     ("new_instructions", r"\b(?:new|updated|real|actual)\s+(?:system\s+)?instructions\s*:"),
+    *PERSONA_PATTERNS,
 )
+FUZZY_NAME = "ignore_previous_instructions_fuzzy"
+# Patterns skipped unless the text contains one of their key strings.
+_NEEDS: dict[str, tuple[str, ...]] = {"persona_switch_translated": TRANSLATED_PERSONA_KEYS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,11 +230,22 @@ class InjectionDetector:
                 variants = decoded_variants(candidate.text)
                 for v, variant in enumerate(variants):
                     for name, pattern in self._patterns:
+                        needs = _NEEDS.get(name)
+                        if needs is not None and not any(key in variant for key in needs):
+                            continue
                         match = pattern.search(variant)
                         if match and name not in evidence[g] and not _quoted(variant, match):
                             where = candidate.label + (", decoded" if v else "")
                             evidence[g][name] = (
                                 f"{name} in {where}: {match.group()[:_SNIPPET_CHARS]}"
+                            )
+                    if not evidence[g]:
+                        # A quoted mention is left to the classifier, as for the regexes.
+                        fuzzy = fuzzy_ignore_instructions(_QUOTED_SPAN.sub(" ", variant))
+                        if fuzzy is not None:
+                            where = candidate.label + (", decoded" if v else "")
+                            evidence[g][FUZZY_NAME] = (
+                                f"{FUZZY_NAME} in {where}: {fuzzy[:_SNIPPET_CHARS]}"
                             )
                     if self._classifier is not None and candidate.classify:
                         for window in text_windows(variant):

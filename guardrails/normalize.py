@@ -57,9 +57,9 @@ _MIN_PRINTABLE_RATIO = 0.9
 _LEET = str.maketrans("0134579@$", "oieastgas")
 _LEET_TRIGGER = re.compile(r"[a-z][0134579]+[a-z]")  # not "@": e-mail addresses have it
 _LEET_WORD = re.compile(r"(?<![\w@$])(?=[a-z0134579@$]*[a-z])[a-z0134579@$]{2,20}(?![\w@$])")
-# Three or more single letters separated by one space, dash, dot or underscore:
-# "i g n o r e", "i-g-n-o-r-e".
-_SPACED_LETTERS = re.compile(r"\b[a-z](?:[ ._-][a-z]\b){2,}")
+# Three or more single letters separated by the same space, dash, dot or underscore:
+# "i g n o r e", "i-g-n-o-r-e", "i.g.n.o.r.e a.l.l" (a space then separates words).
+_SPACED_LETTERS = re.compile(r"\b[a-z]([ ._-])[a-z]\b(?:\1[a-z]\b)+")
 # Words that make English recognisable; rot13 is undone only when it finds more of them.
 _COMMON_WORDS = frozenset(
     [
@@ -109,7 +109,8 @@ def decoded_variants(text: str) -> list[str]:
     """The normalised text, then every de-obfuscated reading of it, deduplicated.
 
     Readings: embedded base64 and hex runs decoded, leetspeak undone, spaced-out letters
-    joined, and rot13 undone when that yields more English than the text itself.
+    joined, and rot13 and reversal undone when that yields more English than the text
+    itself.
     """
     base = normalize(text)
     variants = [base]
@@ -130,6 +131,8 @@ def decoded_variants(text: str) -> list[str]:
     # Joined before whitespace is collapsed, so "i g n o r e  a l l" keeps its word gap.
     add(_join_spaced_letters(raw.translate(_HOMOGLYPHS).lower()))
     add(_unrot13(base))
+    for reading in _unreverse(base):
+        add(reading)
     return variants
 
 
@@ -181,6 +184,14 @@ def _unrot13(text: str) -> str | None:
     if _english_words(decoded) > max(1, _english_words(text)):
         return decoded
     return None
+
+
+def _unreverse(text: str) -> list[str]:
+    """Text written backwards, whole ("snoitcurtsni erongi") or word by word ("erongi
+    snoitcurtsni"), when the reversal reads as more English than the text itself."""
+    known = max(1, _english_words(text))
+    readings = (text[::-1], " ".join(word[::-1] for word in text.split(" ")))
+    return [reading for reading in readings if _english_words(reading) > known]
 
 
 def _english_words(text: str) -> int:
