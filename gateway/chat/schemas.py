@@ -9,6 +9,8 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gateway.http.sampling_request import SamplingRequest
+
 
 class TextPart(BaseModel):
     model_config = ConfigDict(extra="ignore")
@@ -90,10 +92,6 @@ class ToolSpecIn(BaseModel):
     function: FunctionSpec
 
 
-class StreamOptions(BaseModel):
-    include_usage: bool = False
-
-
 class ResponseFormatText(BaseModel):
     model_config = ConfigDict(extra="forbid")
     type: Literal["text"]
@@ -145,7 +143,7 @@ IGNORED_OPENAI_PARAMETERS = frozenset(
 )
 
 
-class ChatCompletionRequest(BaseModel):
+class ChatCompletionRequest(SamplingRequest):
     """OpenAI's chat-completion parameters that Bastion honours (docs/api.md lists each)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -161,55 +159,14 @@ class ChatCompletionRequest(BaseModel):
     messages: list[Message] = Field(min_length=1)
     max_tokens: int | None = Field(default=None, gt=0)
     max_completion_tokens: int | None = Field(default=None, gt=0)
-    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
-    stop: str | list[str] | None = None
     n: int = Field(default=1, ge=1, le=128)
-    stream: bool = False
-    stream_options: StreamOptions | None = None
     tools: list[ToolSpecIn] | None = Field(default=None, max_length=128)
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool = True
     response_format: ResponseFormat | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
-    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
-    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
-    logit_bias: dict[str, float] | None = Field(default=None, max_length=300)
     modalities: list[Literal["text"]] | None = None
-    user: str | None = Field(default=None, max_length=256)
-
-    @field_validator("logit_bias")
-    @classmethod
-    def _bias_values(cls, value: dict[str, float] | None) -> dict[str, float] | None:
-        for token, bias in (value or {}).items():
-            if not token.isdigit():
-                raise ValueError(f"keys must be token ids, got {token!r}")
-            if not -100 <= bias <= 100:
-                raise ValueError(f"the bias of token {token} must be in [-100, 100]")
-        return value
-
-    @field_validator("stop")
-    @classmethod
-    def _stop_limit(cls, value: str | list[str] | None) -> str | list[str] | None:
-        if isinstance(value, list) and len(value) > 4:
-            raise ValueError("at most 4 stop sequences are allowed")
-        return value
-
-    @property
-    def stop_sequences(self) -> tuple[str, ...]:
-        if self.stop is None:
-            return ()
-        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
-
-    @property
-    def token_bias(self) -> tuple[tuple[int, float], ...]:
-        return tuple((int(token), bias) for token, bias in (self.logit_bias or {}).items())
-
-    @property
-    def include_usage(self) -> bool:
-        return bool(self.stream_options and self.stream_options.include_usage)
 
 
 class ModelCard(BaseModel):

@@ -192,7 +192,7 @@ class CompletionService:
                     frequency_penalty=body.frequency_penalty,
                     logprobs=body.logprobs is not None,
                     top_logprobs=body.logprobs or 0,
-                    logit_bias=body.token_biases,
+                    logit_bias=body.token_bias,
                 )
                 generation = GenerationRequest(
                     request_id=entry.request_id,
@@ -329,7 +329,7 @@ def _check_choices(body: CompletionRequest, max_choices: int) -> None:
 def _check_token_ids(body: CompletionRequest, vocab_size: int) -> None:
     """A bias on a token the model does not have is refused here: in the engine it
     would fail the whole batch it runs in."""
-    unknown = sorted(token for token, _ in body.token_biases if token >= vocab_size)
+    unknown = sorted(token for token, _ in body.token_bias if token >= vocab_size)
     if unknown:
         raise ApiError(
             400,
