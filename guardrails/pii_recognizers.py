@@ -13,6 +13,7 @@ from presidio_analyzer.nlp_engine import NlpArtifacts
 from presidio_analyzer.predefined_recognizers import (
     CreditCardRecognizer,
     EmailRecognizer,
+    IbanRecognizer,
     IpRecognizer,
 )
 
@@ -44,6 +45,22 @@ _VERSION_BEFORE = re.compile(
     re.IGNORECASE,
 )
 _VERSION_WINDOW = 16
+_PHONE_CONTEXT = (
+    "phone",
+    "call",
+    "tel",
+    "telephone",
+    "mobile",
+    "cell",
+    "fax",
+    "number",
+    "reach",
+    "dial",
+    "sms",
+    "text",
+    "whatsapp",
+    "contact",
+)
 
 
 class InternalEmailRecognizer(EmailRecognizer):
@@ -83,8 +100,10 @@ def _named_as_version(text: str, start: int) -> bool:
 def supplementary_recognizers() -> list[PatternRecognizer]:
     """Formats presidio misses: Mastercard's 2-series (2221-2720, Luhn-checked like
     other cards), separated US-style phone numbers (with an extension or a 001 prefix
-    too) that phonenumbers rejects when the area code is unassigned, and email at
-    internal domains. For redaction a missed value costs more than a masked order number."""
+    too) that phonenumbers rejects when the area code is unassigned, ten bare digits
+    shaped like a US number when a phone word is near, email at internal domains, and
+    upper-case IBANs followed by a word. For redaction a missed value costs more than a
+    masked order number."""
     return [
         CreditCardRecognizer(
             patterns=[
@@ -106,9 +125,14 @@ def supplementary_recognizers() -> list[PatternRecognizer]:
                     r"(?<![\w+])(?:\+?1[-.\s]|001[-.\s])?(?:\(\d{3}\)\s?|\d{3}[-.\s])\d{3}[-.\s]\d{4}"
                     r"(?:\s?(?:x|ext\.?)\s?\d{1,6})?\b",
                     0.4,
-                )
+                ),
+                # Alone it stays under the 0.4 threshold; a context word adds 0.35.
+                Pattern("us_phone_bare_digits", r"(?<![\w+.-])[2-9]\d{2}[2-9]\d{6}(?![\w.-])", 0.1),
             ],
-            context=["phone", "call", "tel", "telephone", "mobile", "cell", "fax", "number"],
+            context=[*_PHONE_CONTEXT],
         ),
         InternalEmailRecognizer(),
+        # Presidio's IBAN pattern is case-insensitive, so in "Pay to ES82 ... 1491 today" it
+        # takes "toda" as a last group and the checksum fails; IBANs are written upper-case.
+        IbanRecognizer(regex_flags=re.DOTALL | re.MULTILINE, name="iban_upper_case"),
     ]

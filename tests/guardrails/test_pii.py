@@ -80,10 +80,12 @@ def test_entities_config_limits_what_is_redacted(analyzer: AnalyzerEngine) -> No
     assert only_email.redact(TEXT).text == "Write to <EMAIL_ADDRESS_1> or call 555 123 4567 today."
 
 
-def test_no_uk_nhs_recognizer(analyzer: AnalyzerEngine) -> None:
-    names = {type(r).__name__ for r in analyzer.registry.recognizers}
-    assert "NhsRecognizer" not in names
-    assert "EmailRecognizer" in names
+def test_uk_nhs_numbers_are_not_looked_for_by_default(redactor: PiiRedactor) -> None:
+    # NHS numbers fire on ten-digit US phone numbers; uk is a default country for its
+    # phone formats, and UK_NHS stays out of the default entities.
+    assert "UK_NHS" not in PiiConfig().entities
+    findings = redactor.analyze("Call me at 943 476 5919 tonight.")
+    assert [f.entity_type for f in findings] == ["PHONE_NUMBER"]
 
 
 def test_build_analyzer_is_cached() -> None:
@@ -187,7 +189,12 @@ def test_countries_select_country_recognizers() -> None:
     config = PiiConfig(entities=["UK_NHS"], countries=["uk"])
     assert PiiRedactor(uk, config).analyze("NHS number 943 476 5919")
     with pytest.raises(PiiConfigError, match="UK_NHS"):
-        PiiRedactor(build_analyzer(), config)
+        PiiRedactor(build_analyzer(["us"]), config)
+
+
+def test_uk_national_phone_numbers_are_read_by_default(redactor: PiiRedactor) -> None:
+    assert PiiConfig().countries == ["us", "uk"]
+    assert redactor.redact("Call 020 7946 0958.").text == "Call <PHONE_NUMBER_1>."
 
 
 @pytest.mark.parametrize("mode", ["warn", "dryrun"])
