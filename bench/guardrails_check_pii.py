@@ -4,6 +4,7 @@ values that no longer appear in the text the model would receive."""
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 from collections import Counter
@@ -35,6 +36,7 @@ def _all_entities_policy(default: str) -> str:
 def bench_pii_endpoint(per_entity: int = 30, seed: int = 7) -> list[str]:
     """Recall per entity through the check endpoint, with the default policy and with one
     that enables all eight entities."""
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     with tempfile.TemporaryDirectory(prefix="bastion-pii-bench-") as tmp:
         data_dir, policy_dir = Path(tmp) / "data", Path(tmp) / "policies"
         data_dir.mkdir()

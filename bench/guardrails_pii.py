@@ -40,6 +40,33 @@ TEMPLATES: dict[str, list[str]] = {
 # countries as the locale writes them), in the same English templates.
 WORLD_LOCALES = ["de_DE", "fr_FR", "es_ES", "it_IT", "nl_NL", "pt_PT", "pl_PL", "tr_TR"]
 WORLD = "world"
+# Phrasings the context recognizer (guardrails/pii_context.py) was not written against,
+# with the same non-English values: how far its cue phrases generalise.
+OTHER_PHRASING = "world, other phrasing"
+OTHER_TEMPLATES: dict[str, list[str]] = {
+    "PERSON": [
+        "My manager is {}.",
+        "Can {} sign the purchase order?",
+        "Invite {} to the kickoff.",
+        "The ticket is assigned to {}.",
+        "{} has left the company.",
+        "Lunch with {} is at one.",
+        "Was the offer accepted by {}?",
+        "Please cc {} on the thread.",
+        "Our contact there is {}.",
+    ],
+    "LOCATION": [
+        "The meeting will be held at our site in {}.",
+        "Prices are higher in {}.",
+        "He commutes to {} every day.",
+        "The shipment left {} this morning.",
+        "Our supplier is based out of {}.",
+        "Welcome to {}!",
+        "I am currently in {} for a workshop.",
+        "Demand from {} doubled.",
+        "The plant near {} closed.",
+    ],
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +125,10 @@ def labelled_sentences(per_entity: int = 30, seed: int = 7) -> Iterator[tuple[Ro
             value = _world_value(fakes, entity)
             template = TEMPLATES[entity][i % len(TEMPLATES[entity])]
             yield Row(entity, WORLD), template.format(value), value
+    for entity, templates in OTHER_TEMPLATES.items():
+        for i in range(per_entity):
+            value = _world_value(fakes, entity)
+            yield Row(entity, OTHER_PHRASING), templates[i % len(templates)].format(value), value
 
 
 def bench_pii(
@@ -127,14 +158,16 @@ def bench_pii(
             if f.entity_type != row.entity or not overlaps_truth:
                 # A false finding counts against its type's row of the same group.
                 wrong = Row(f.entity_type, row.group)
-                found[wrong if wrong in TEMPLATES_ROWS[row.group] else Row(f.entity_type)].fp += 1
+                found[wrong if wrong in ALL_ROWS else Row(f.entity_type)].fp += 1
     lines = [
         "### PII (synthetic sentences)",
         "",
         f"{per_entity} Faker-generated sentences per entity type (seed {seed}; IBANs from DE, "
         "FR, GB, NL, ES), all eight entity types enabled at score threshold 0.4. Rows marked "
         f"({WORLD}) take names, cities and countries from the Faker locales "
-        f"{', '.join(WORLD_LOCALES)} in the same templates. A hit is a finding of the right "
+        f"{', '.join(WORLD_LOCALES)} in the same templates; ({OTHER_PHRASING}) the same kind of "
+        "values in other sentences, which the cue phrases of guardrails/pii_context.py were "
+        "not written against. A hit is a finding of the right "
         "type overlapping the value; any other finding is a false positive of its type.",
         "",
         "| entity | values | precision | recall | example misses |",
@@ -150,10 +183,10 @@ def bench_pii(
     return [*lines, ""]
 
 
-TEMPLATES_ROWS: dict[str, frozenset[Row]] = {
-    "en": frozenset(Row(e) for e in TEMPLATES),
-    WORLD: frozenset({Row("PERSON", WORLD), Row("LOCATION", WORLD)}),
-}
+ALL_ROWS = frozenset(
+    [Row(e) for e in TEMPLATES]
+    + [Row(e, group) for group in (WORLD, OTHER_PHRASING) for e in OTHER_TEMPLATES]
+)
 
 
 # Harmless business sentences: no personal data, but the capitalised product and team
@@ -213,12 +246,13 @@ BUSINESS_TEXTS = [
 # shared/ sits in the checkout on CI and beside it on a developer's machine.
 _CRANFIELD_PATH = "shared/data/retrieval/cranfield/cran.all.1400"
 CRANFIELD_CANDIDATES = [p / _CRANFIELD_PATH for p in Path(__file__).resolve().parents[1:3]]
-# The configurations compared: today's default, then one change each.
+# The configurations compared: the default entities with the former default country,
+# with "uk" added (the default now), then each NER entity on top.
 PRECISION_CONFIGS: dict[str, tuple[list[str], list[str]]] = {
-    "default": (list(DEFAULT_PII_ENTITIES), ["us"]),
-    "+ uk": (list(DEFAULT_PII_ENTITIES), ["us", "uk"]),
-    "+ PERSON": ([*DEFAULT_PII_ENTITIES, "PERSON"], ["us"]),
-    "+ LOCATION": ([*DEFAULT_PII_ENTITIES, "LOCATION"], ["us"]),
+    "us": (list(DEFAULT_PII_ENTITIES), ["us"]),
+    "us + uk (default)": (list(DEFAULT_PII_ENTITIES), ["us", "uk"]),
+    "+ PERSON": ([*DEFAULT_PII_ENTITIES, "PERSON"], ["us", "uk"]),
+    "+ LOCATION": ([*DEFAULT_PII_ENTITIES, "LOCATION"], ["us", "uk"]),
 }
 
 
@@ -278,15 +312,14 @@ def bench_pii_precision(cranfield_limit: int = 300) -> list[str]:
                 f"{detail} | {statistics.median(times):.1f} |"
             )
     uk_numbers = _uk_national_numbers()
-    for name in ("default", "+ uk"):
+    found = []
+    for name in ("us", "us + uk (default)"):
         entities, countries = PRECISION_CONFIGS[name]
         redactor = PiiRedactor(build_analyzer(countries), PiiConfig(entities=entities))
         hits = sum(
             any(f.entity_type == "PHONE_NUMBER" for f in redactor.analyze(f"Call me on {n}."))
             for n in uk_numbers
         )
-        lines.append(
-            f"{'' if name == 'default' else chr(10)}UK national-format numbers found "
-            f"({name}): {hits}/{len(uk_numbers)}."
-        )
+        found.append(f"{name} {hits}/{len(uk_numbers)}")
+    lines += ["", f"UK national-format numbers (Faker en_GB) found: {', '.join(found)}."]
     return [*lines, ""]

@@ -91,10 +91,10 @@ class PiiConfig(_Check):
     Defaults measured by `bench_pii_precision` in bench/guardrails_pii.py: adding "uk" found
     25 of 30 UK national-format numbers (0 without) and no false finding on 50 harmless
     business sentences and 300 Cranfield abstracts, so it is on. PERSON and LOCATION stay
-    off: they flagged 18% and 16% of the business sentences (team and product names such
-    as "Customer Success", "Ship to Production") and 19% and 4% of the abstracts, and
-    spaCy's NER they need costs about 5 ms a sentence and 40 ms a 1,000-character text
-    against the 25 ms budget of all input checks. Add them where names matter more.
+    off: they flagged 10% and 14% of the business sentences (team and product names such
+    as "Customer Success", "Jenkins") and 19% and 4% of the abstracts, and spaCy's NER they
+    need costs about 6 ms a sentence and 40 ms a 1,000-character text, over the 25 ms
+    budget of all input checks together. Add them where names matter more than that.
     """
 
     entities: list[str] = Field(default_factory=lambda: list(DEFAULT_PII_ENTITIES))

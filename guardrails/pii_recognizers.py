@@ -127,7 +127,9 @@ def supplementary_recognizers() -> list[PatternRecognizer]:
                     0.4,
                 ),
                 # Alone it stays under the 0.4 threshold; a context word adds 0.35.
-                Pattern("us_phone_bare_digits", r"(?<![\w+.-])[2-9]\d{2}[2-9]\d{6}(?![\w.-])", 0.1),
+                Pattern(
+                    "us_phone_bare_digits", r"(?<![\w+.-])[2-9]\d{2}[2-9]\d{6}(?!\w|[.-]\d)", 0.1
+                ),
             ],
             context=[*_PHONE_CONTEXT],
         ),

@@ -8,7 +8,7 @@ from presidio_analyzer import AnalyzerEngine
 
 from guardrails.config import PiiConfig
 from guardrails.pii import PiiRedactor
-from guardrails.pii_context import context_names
+from guardrails.pii_context import CONTEXT_SCORE, context_names
 
 NAMES = ["PERSON", "LOCATION"]
 
@@ -33,16 +33,27 @@ def names(analyzer: AnalyzerEngine) -> PiiRedactor:
 def test_a_cue_types_the_name_after_it(
     names: PiiRedactor, text: str, entity: str, value: str
 ) -> None:
-    assert (entity, value) in [(e, text[s:t]) for e, s, t in context_names(text)]
+    assert (entity, value) in [(e, text[s:t]) for e, s, t, _ in context_names(text)]
     start = text.index(value)
     placeholder = f"<{entity}_1>"
     assert names.redact(text).text == text[:start] + placeholder + text[start + len(value) :]
+
+
+def test_a_bare_preposition_is_a_weaker_cue_than_spacy() -> None:
+    text = "Prices are higher in Dąbrowa Górnicza."
+    ((entity, start, end, score),) = context_names(text)
+    assert (entity, text[start:end]) == ("LOCATION", "Dąbrowa Górnicza")
+    assert score < 0.85 < CONTEXT_SCORE  # spaCy's score lies between the two
 
 
 @pytest.mark.parametrize(
     "text",
     [
         "The quarterly review moved to Thursday.",
+        "Please ask Facilities about the parking permits.",  # a team, not a person
+        "Forward the report to Accounts Payable.",
+        "Deploy to Staging first, then ship to Production.",  # environments, not places
+        "The budget is held in SAP under cost centre 4100.",  # an acronym
         "Customers asked for a refund.",
         "Please ask for the keys at the desk.",
         "the team moved to berlin last year.",  # lower case: no capitalised name
@@ -71,4 +82,7 @@ def test_an_upper_case_iban_before_a_word_is_found(redactor: PiiRedactor) -> Non
 
 def test_ten_bare_digits_are_a_phone_number_only_near_a_phone_word(redactor: PiiRedactor) -> None:
     assert redactor.redact("Phone: 3456539717").text == "Phone: <PHONE_NUMBER_1>"
+    assert redactor.redact("Reach the desk on 3456539717.").text == (
+        "Reach the desk on <PHONE_NUMBER_1>."
+    )
     assert redactor.redact("Order 3456539717 shipped.").text == "Order 3456539717 shipped."
