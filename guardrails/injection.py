@@ -6,7 +6,8 @@
    policy's `extra_patterns`). They require the imperative *and* its object ("ignore ...
    previous instructions"), so questions about injections or everyday phrases ("ignore the
    previous email") pass. `fuzzy.py` matches the "ignore previous instructions" family
-   through dropped and swapped letters ("ign0r all prev instrctns").
+   through dropped and swapped letters ("ign0r all prev instrctns"); `persona_cues.py`
+   blocks a role taken on near a promise to drop the rules, however it is worded.
 3. With an embedder, the trained classifier (`injection_classifier.py`) catches
    paraphrased attacks the patterns miss; its n-gram screen clears most ordinary text
    without embedding it.
@@ -18,7 +19,7 @@ Retrieved chunks and tool results go through `scan_untrusted`.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from guardrails.config import InjectionConfig
@@ -30,6 +31,7 @@ from guardrails.injection_classifier import (
     text_windows,
 )
 from guardrails.normalize import decoded_variants
+from guardrails.persona_cues import CUE_NAME, persona_unbound
 from guardrails.persona_patterns import PERSONA_PATTERNS, TRANSLATED_PERSONA_KEYS
 from guardrails.verdict import Verdict, failed_check
 
@@ -119,6 +121,11 @@ BUILTIN_PATTERNS: tuple[tuple[str, str], ...] = (
     *PERSONA_PATTERNS,
 )
 FUZZY_NAME = "ignore_previous_instructions_fuzzy"
+# Matchers that read a whole (unquoted) text where the regexes need one exact shape.
+_TOLERANT_MATCHERS: tuple[tuple[str, Callable[[str], str | None]], ...] = (
+    (FUZZY_NAME, fuzzy_ignore_instructions),
+    (CUE_NAME, persona_unbound),
+)
 # Patterns skipped unless the text contains one of their key strings.
 _NEEDS: dict[str, tuple[str, ...]] = {"persona_switch_translated": TRANSLATED_PERSONA_KEYS}
 
@@ -241,12 +248,13 @@ class InjectionDetector:
                             )
                     if not evidence[g]:
                         # A quoted mention is left to the classifier, as for the regexes.
-                        fuzzy = fuzzy_ignore_instructions(_QUOTED_SPAN.sub(" ", variant))
-                        if fuzzy is not None:
-                            where = candidate.label + (", decoded" if v else "")
-                            evidence[g][FUZZY_NAME] = (
-                                f"{FUZZY_NAME} in {where}: {fuzzy[:_SNIPPET_CHARS]}"
-                            )
+                        unquoted = _QUOTED_SPAN.sub(" ", variant)
+                        where = candidate.label + (", decoded" if v else "")
+                        for name, matcher in _TOLERANT_MATCHERS:
+                            found = matcher(unquoted)
+                            if found is not None:
+                                evidence[g][name] = f"{name} in {where}: {found[:_SNIPPET_CHARS]}"
+                                break
                     if self._classifier is not None and candidate.classify:
                         for window in text_windows(variant):
                             where = candidate.label + (", decoded" if v else "")

