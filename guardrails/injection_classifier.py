@@ -17,9 +17,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-import math
 import re
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,30 +80,6 @@ def _word_char_ngrams(word: str) -> tuple[str, ...]:
     return tuple(grams)
 
 
-def tfidf(
-    text: str,
-    idf: dict[str, float],
-    known_char_ngrams: Callable[[str], tuple[str, ...]] | None = None,
-) -> dict[str, float]:
-    """The sublinear TF-IDF vector of `text` over the vocabulary `idf`: word n-grams and
-    character n-grams (keys with CHAR_MARK), each part L2-normalised on its own, as two
-    TfidfVectorizers side by side. `known_char_ngrams` (word -> its n-grams in `idf`)
-    may stand in for `char_ngrams`, for speed."""
-    if known_char_ngrams is None:
-        chars = Counter(char_ngrams(text))
-    else:
-        chars = Counter()
-        for word in _WHITE_SPACES.sub(" ", text.lower()).split():
-            chars.update(known_char_ngrams(word))
-    return _normalised(Counter(ngrams(text)), idf) | _normalised(chars, idf)
-
-
-def _normalised(counts: Counter[str], idf: dict[str, float]) -> dict[str, float]:
-    weights = {g: (1.0 + math.log(n)) * idf[g] for g, n in counts.items() if g in idf}
-    norm = math.sqrt(sum(v * v for v in weights.values()))
-    return {g: v / norm for g, v in weights.items()} if norm > 0 else {}
-
-
 def _sigmoid(logits: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     return np.asarray(1.0 / (1.0 + np.exp(-logits)))
 
@@ -119,8 +93,63 @@ class LinearModel:
     intercept: float
     embedding_coef: npt.NDArray[np.float32] | None = None
 
-    def logit(self, features: dict[str, float]) -> float:
-        return self.intercept + sum(v * self.ngram_coef[g] for g, v in features.items())
+
+@dataclass(frozen=True, slots=True)
+class NgramFeatures:
+    """A text's sublinear TF-IDF vector over the classifier's vocabulary, sparse: word
+    n-grams and character n-grams, each part L2-normalised on its own, as two
+    TfidfVectorizers side by side."""
+
+    columns: npt.NDArray[np.intp]
+    values: npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class _Columns:
+    """The vocabulary as arrays: a column per n-gram, its idf and both models' weights
+    (a text has a few hundred known n-grams; summing them in Python cost 5 ms a request)."""
+
+    index: dict[str, int]
+    idf: npt.NDArray[np.float64]
+    screen: npt.NDArray[np.float64]
+    full: npt.NDArray[np.float64]
+    # word -> the columns of its character n-grams; bounded, since a server sees new words
+    # for ever, and a text's sentences (`text_units`) repeat its words.
+    char_columns: Callable[[str], npt.NDArray[np.intp]]
+
+    @classmethod
+    def of(cls, idf: dict[str, float], screen: LinearModel, full: LinearModel) -> _Columns:
+        index = {g: i for i, g in enumerate(idf)}
+
+        @functools.lru_cache(maxsize=1 << 16)
+        def char_columns(word: str) -> npt.NDArray[np.intp]:
+            known = [index[g] for g in _word_char_ngrams(word) if g in index]
+            return np.array(known, dtype=np.intp)
+
+        return cls(
+            index,
+            np.array(list(idf.values()), dtype=np.float64),
+            np.array([screen.ngram_coef[g] for g in idf], dtype=np.float64),
+            np.array([full.ngram_coef[g] for g in idf], dtype=np.float64),
+            char_columns,
+        )
+
+    def tfidf(self, text: str) -> NgramFeatures:
+        index = self.index
+        words = np.array([index[g] for g in ngrams(text) if g in index], dtype=np.intp)
+        chars = [self.char_columns(w) for w in _WHITE_SPACES.sub(" ", text.lower()).split()]
+        parts = [self._normalised(words), self._normalised(np.concatenate([words[:0], *chars]))]
+        return NgramFeatures(
+            np.concatenate([c for c, _ in parts]), np.concatenate([v for _, v in parts])
+        )
+
+    def _normalised(
+        self, columns: npt.NDArray[np.intp]
+    ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
+        unique, counts = np.unique(columns, return_counts=True)
+        weights = (1.0 + np.log(counts)) * self.idf[unique]
+        norm = float(np.sqrt(weights @ weights))
+        return unique, weights / norm if norm > 0 else weights
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,9 +168,7 @@ class InjectionClassifier:
     # The screen's cut for a longer text's sentences (`text_units`): a text has many, so
     # this one clears more and lets through most (not all) attacks the full model catches.
     unit_screen_below: float
-    _known_char_ngrams: Callable[[str], tuple[str, ...]] = field(
-        init=False, repr=False, compare=False
-    )
+    _columns: _Columns = field(init=False, repr=False, compare=False)
 
     @classmethod
     def load(cls, path: Path = DEFAULT_WEIGHTS) -> InjectionClassifier:
@@ -202,24 +229,25 @@ class InjectionClassifier:
         lines = ",\n".join(f"{json.dumps(key)}: {json.dumps(value)}" for key, value in data.items())
         path.write_text("{\n" + lines + "\n}\n", encoding="utf-8")
 
-    def features(self, texts: Sequence[str]) -> list[dict[str, float]]:
-        return [tfidf(text, self.idf, self._known_char_ngrams) for text in texts]
-
     def __post_init__(self) -> None:
-        # Per classifier, since it depends on the vocabulary; bounded, since a server sees
-        # new words for ever. Most of a word's n-grams are not in the vocabulary.
-        @functools.lru_cache(maxsize=1 << 16)
-        def known(word: str) -> tuple[str, ...]:
-            return tuple(g for g in _word_char_ngrams(word) if g in self.idf)
+        object.__setattr__(self, "_columns", _Columns.of(self.idf, self.screen, self.full))
 
-        object.__setattr__(self, "_known_char_ngrams", known)
+    def features(self, texts: Sequence[str]) -> list[NgramFeatures]:
+        return [self._columns.tfidf(text) for text in texts]
 
-    def screen_probabilities(self, features: Sequence[dict[str, float]]) -> npt.NDArray[np.float64]:
+    def screen_probabilities(self, features: Sequence[NgramFeatures]) -> npt.NDArray[np.float64]:
         """P(injection) from the n-grams alone (no embedding needed)."""
-        return _sigmoid(np.array([self.screen.logit(f) for f in features], dtype=np.float64))
+        return _sigmoid(self._logits(features, self._columns.screen, self.screen.intercept))
+
+    def _logits(
+        self, features: Sequence[NgramFeatures], coef: npt.NDArray[np.float64], intercept: float
+    ) -> npt.NDArray[np.float64]:
+        return np.array(
+            [intercept + float(f.values @ coef[f.columns]) for f in features], dtype=np.float64
+        )
 
     def probabilities(
-        self, vectors: npt.NDArray[np.float32], features: Sequence[dict[str, float]]
+        self, vectors: npt.NDArray[np.float32], features: Sequence[NgramFeatures]
     ) -> npt.NDArray[np.float64]:
         """P(injection) from the full model, given each text's embedding row and n-grams."""
         coef = self.full.embedding_coef
@@ -231,7 +259,7 @@ class InjectionClassifier:
         if len(features) != len(vectors):
             raise ValueError(f"{len(features)} texts for {len(vectors)} embedding rows")
         logits = vectors.astype(np.float64) @ coef.astype(np.float64)
-        logits += np.array([self.full.logit(f) for f in features], dtype=np.float64)
+        logits += self._logits(features, self._columns.full, self.full.intercept)
         return _sigmoid(logits)
 
     def classify(
@@ -258,7 +286,7 @@ class InjectionClassifier:
         scores = [float(p) for p in self.screen_probabilities(features)]
         screened = threshold >= self.threshold
         uncertain = [i for i, p in enumerate(scores) if not screened or p >= self.screen_below]
-        suspects: list[tuple[int, str, dict[str, float]]] = []
+        suspects: list[tuple[int, str, NgramFeatures]] = []
         for i, text in enumerate(texts):
             units = text_units(text)
             if not units:
