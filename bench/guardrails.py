@@ -387,7 +387,7 @@ def bench_latency(embed: Embedder) -> list[str]:
         ),
         (
             "PII (default entities, tokenizer-only spaCy, phone formats of the default "
-            "country, us)",
+            "countries, us and uk)",
             lambda p: pii.check([p]),
             LATENCY_PROMPT,
         ),
