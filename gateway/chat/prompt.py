@@ -20,24 +20,28 @@ def engine_messages(
 ) -> list[ChatMessage]:
     """The prompt for `messages`, read with `texts` (one each, as screened) in their place.
 
-    The policy's `system_prompt`, the tools, the answer's format (`answer_instruction`),
-    the sources and the client's own system messages form the one system message.
+    One system message holds, in this order: the policy's `system_prompt`, the tools, the
+    client's own system and developer messages, the answer's format
+    (`answer_instruction`), and the retrieved sources. What requests share comes first
+    and what changes per request (the sources, then the conversation) last, so that the
+    engine's prefix cache serves the shared part; the instruction sits just before the
+    sources because it follows the request's `response_format` and tools.
     """
-    # Stable parts first (policy prompt, tools, sources) so prompts share prefixes.
     system_parts = [system_prompt]
     if tools:
         system_parts.append(tool_prompt(tools))
-    if answer_instruction:
-        system_parts.append(answer_instruction)
-    context = format_context(chunks)
-    if context:
-        system_parts.append(context)
+    system_parts.extend(
+        text
+        for message, text in zip(messages, texts, strict=True)
+        if message.role in ("system", "developer")
+    )
+    system_parts += [answer_instruction, format_context(chunks)]  # empty parts are dropped
     conversation: list[ChatMessage] = []
     called: dict[str, str] = {}  # tool_call_id -> the function it called
     for message, text in zip(messages, texts, strict=True):
         if message.role in ("system", "developer"):
-            system_parts.append(text)
-        elif message.role == "assistant" and message.tool_calls:
+            continue  # already in the system message
+        if message.role == "assistant" and message.tool_calls:
             called.update((c.id, c.function.name) for c in message.tool_calls)
             calls = "\n".join(
                 _tool_call_markup(c.function.name, c.function.arguments) for c in message.tool_calls
