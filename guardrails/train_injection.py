@@ -95,6 +95,8 @@ CONTACT_TEMPLATES = (
     "Invoices should be addressed to {company}, attention {name}, {email}.",
     "Ping me at {email} or {phone} if the numbers look off.",
 )
+# Repeated words and phrases, training only (`filler_texts`).
+FILLER_TEXTS = 300
 # Training messages with contact details, from templates of their own (the held-out ones
 # above are never trained on), as source "contacts-train".
 CONTACT_TRAIN_MESSAGES = 400
@@ -179,6 +181,7 @@ def load_splits(data_dir: Path = SHARED_DATA) -> dict[str, list[Example]]:
     # After the padded attacks, whose padding stays as it was before these were added.
     splits["test"] += contact_messages(CONTACT_TEMPLATES, CONTACT_TEST_MESSAGES, seed=2)
     # Last, so the padded attacks and contact messages above stay as they were.
+    splits["train"] += filler_texts(splits["train"], FILLER_TEXTS, seed=6)
     splits["train"] += [
         Example(ex.text, 0, "contacts-train")
         for ex in contact_messages(CONTACT_TRAIN_TEMPLATES, CONTACT_TRAIN_MESSAGES, seed=5)
@@ -215,6 +218,26 @@ def padded_attacks(examples: list[Example], count: int, seed: int) -> list[Examp
             text = f"{text} {rng.choice(fillers)}"
         padded.append(Example(text, 1, "padded"))
     return padded
+
+
+def filler_texts(examples: list[Example], count: int, seed: int) -> list[Example]:
+    """Degenerate harmless inputs (source "filler"): one word or a short phrase of the
+    benign training texts repeated 5 to 250 times, as test fixtures and load generators
+    send them ("word word word ..." was blocked at p 0.89 before these were trained on)."""
+    rng = random.Random(seed)
+    words = sorted(
+        {
+            word
+            for ex in examples
+            if ex.label == 0 and ex.source == "cranfield"
+            for word in re.findall(r"[a-z]{2,12}", ex.text.lower())
+        }
+    )
+    fillers = []
+    for _ in range(count):
+        phrase = " ".join(rng.choice(words) for _ in range(rng.randint(1, 3)))
+        fillers.append(Example(" ".join([phrase] * rng.randint(5, 250)), 0, "filler"))
+    return fillers
 
 
 def contact_messages(templates: tuple[str, ...], count: int, seed: int) -> list[Example]:
@@ -293,7 +316,8 @@ def weight_group(source: str) -> str:
     one source, the persona attacks and look-alikes one per language. Held out, with the
     patterns and data of then: multilingual as six weights and persona as one gave persona
     recall 0.53; one and one 0.75; one and six 0.83, at a higher multilingual FPR (up to
-    4.8% in one language, from 2.4%)."""
+    4.8% in one language, from 2.4%). Weighing the multilingual group three times changed
+    no language's held-out FPR and cost pooled recall (0.928 -> 0.918)."""
     return "multilingual" if source.startswith("multilingual-") else source
 
 
