@@ -35,6 +35,7 @@ class StepOutput:
     num_prompt_tokens: int
     num_output_tokens: int
     finish_reason: FinishReason | None = None
+    num_cached_prompt_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +176,7 @@ class EngineCore:
                     seq.num_prompt_tokens,
                     seq.num_output_tokens,
                     finish,
+                    seq.num_cached_prompt_tokens,
                 )
             )
             if finish is not None:

@@ -215,7 +215,12 @@ class PagedEngine:
                         pending.append(self._as_text(out.logprob))
                     if detok.stopped:
                         yield TokenDelta(
-                            text, out.num_output_tokens, len(prompt_ids), "stop", tuple(pending)
+                            text,
+                            out.num_output_tokens,
+                            len(prompt_ids),
+                            "stop",
+                            tuple(pending),
+                            out.num_cached_prompt_tokens,
                         )
                         return
                 if out.finish_reason is not None:
@@ -227,6 +232,7 @@ class PagedEngine:
                         len(prompt_ids),
                         out.finish_reason,
                         tuple(pending),
+                        out.num_cached_prompt_tokens,
                     )
                     pending = []
         finally:

@@ -117,6 +117,8 @@ class TokenDelta:
     """A piece of the answer. The last delta of a stream carries `finish_reason`.
 
     `logprobs` holds one entry per token behind this delta when the request asked for them.
+    `cached_prompt_tokens` counts the prompt tokens whose K/V came from the prefix cache
+    (0 from an engine without one).
     """
 
     text: str
@@ -124,6 +126,7 @@ class TokenDelta:
     prompt_tokens: int
     finish_reason: FinishReason | None = None
     logprobs: tuple[TextLogprob, ...] = ()
+    cached_prompt_tokens: int = 0
 
 
 class EngineError(Exception):

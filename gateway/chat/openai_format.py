@@ -10,11 +10,13 @@ from engine import TextLogprob
 from gateway.chat.service import Answer, PreparedChat
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
+    """OpenAI's `usage`; `cached_tokens` counts the prompt tokens the prefix cache served."""
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
 
 
@@ -26,7 +28,7 @@ def completion_body(chat: PreparedChat, answers: list[Answer]) -> dict[str, Any]
         "created": chat.created,
         "model": chat.model,
         "choices": [_choice(answer) for answer in answers],
-        "usage": usage(last.prompt_tokens, last.completion_tokens),
+        "usage": usage(last.prompt_tokens, last.completion_tokens, last.cached_prompt_tokens),
         "citations": chat.citations(),
     }
 
@@ -98,7 +100,7 @@ def usage_chunk_body(chat: PreparedChat, answer: Answer) -> dict[str, Any]:
         "created": chat.created,
         "model": chat.model,
         "choices": [],
-        "usage": usage(answer.prompt_tokens, answer.completion_tokens),
+        "usage": usage(answer.prompt_tokens, answer.completion_tokens, answer.cached_prompt_tokens),
     }
 
 

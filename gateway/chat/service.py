@@ -64,6 +64,7 @@ class Choice:
     answer_parts: list[str] = field(default_factory=list)
     logprobs: list[TextLogprob] = field(default_factory=list)
     completion_tokens: int = 0
+    cached_prompt_tokens: int = 0  # prompt tokens the engine's prefix cache served
     finish_reason: str | None = None
 
 
@@ -85,6 +86,11 @@ class PreparedChat:
     @property
     def first(self) -> Choice:
         return self.choices[0]
+
+    @property
+    def cached_prompt_tokens(self) -> int:
+        """The prompt is counted once, as the first choice read it (the others share it)."""
+        return self.first.cached_prompt_tokens
 
     def citations(self) -> list[dict[str, Any]]:
         return [
@@ -118,6 +124,7 @@ class Answer:
     prompt_tokens: int
     completion_tokens: int
     index: int = 0
+    cached_prompt_tokens: int = 0
     refusal: str | None = None
     logprobs: list[TextLogprob] | None = None
     redacted: bool = False
@@ -293,6 +300,8 @@ class ChatService:
         try:
             async for delta in self._engine_deltas(chat, choice):
                 chat.entry.prompt_tokens = delta.prompt_tokens
+                choice.cached_prompt_tokens = delta.cached_prompt_tokens
+                chat.entry.details["cached_prompt_tokens"] = chat.cached_prompt_tokens
                 choice.completion_tokens = delta.completion_tokens
                 chat.entry.completion_tokens = sum(c.completion_tokens for c in chat.choices)
                 if delta.finish_reason is not None:
@@ -369,6 +378,7 @@ class ChatService:
             prompt_tokens=chat.entry.prompt_tokens,
             completion_tokens=chat.entry.completion_tokens,
             index=choice.index,
+            cached_prompt_tokens=chat.cached_prompt_tokens,
             refusal=refusal,
             logprobs=choice.logprobs if choice.generation.sampling.logprobs else None,
             redacted=checked.text != raw,

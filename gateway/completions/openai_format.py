@@ -51,5 +51,5 @@ def _envelope(prepared: PreparedCompletion, choices: list[dict[str, Any]]) -> di
     }
 
 
-def _usage(prepared: PreparedCompletion) -> dict[str, int]:
-    return usage(prepared.prompt_tokens, prepared.completion_tokens)
+def _usage(prepared: PreparedCompletion) -> dict[str, Any]:
+    return usage(prepared.prompt_tokens, prepared.completion_tokens, prepared.cached_prompt_tokens)

@@ -49,12 +49,14 @@ class Choice:
     restorable: dict[str, str]
     answer: LogprobGate = field(default_factory=LogprobGate)  # raw text and its logprobs
     prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0  # prompt tokens the engine's prefix cache served
     completion_tokens: int = 0
     finish: FinishReason | None = None
 
     def record(self, delta: TokenDelta) -> None:
         self.answer.add(delta.text, delta.logprobs)
         self.prompt_tokens, self.completion_tokens = delta.prompt_tokens, delta.completion_tokens
+        self.cached_prompt_tokens = delta.cached_prompt_tokens
         self.finish = delta.finish_reason or self.finish
 
 
@@ -95,6 +97,11 @@ class PreparedCompletion:
     def prompt_tokens(self) -> int:
         """Each prompt once: its choices share its KV blocks through the prefix cache."""
         return sum(c.prompt_tokens for c in self.choices if c.index % self.n == 0)
+
+    @property
+    def cached_prompt_tokens(self) -> int:
+        """Of `prompt_tokens`, those the prefix cache served (each prompt's first choice)."""
+        return sum(c.cached_prompt_tokens for c in self.choices if c.index % self.n == 0)
 
     @property
     def completion_tokens(self) -> int:
@@ -258,6 +265,7 @@ class CompletionService:
             async for delta in self._services.engine.stream(choice.generation):
                 choice.record(delta)
                 entry.prompt_tokens = prepared.prompt_tokens
+                entry.details["cached_prompt_tokens"] = prepared.cached_prompt_tokens
                 entry.completion_tokens = prepared.completion_tokens
                 yield delta
         except (EngineOverloaded, ContextLengthExceeded) as exc:

@@ -59,7 +59,7 @@ class GatewayMetrics:
         )
         self.tokens = Counter(
             "bastion_tokens_total",
-            "Tokens processed, by kind.",
+            "Tokens processed, by kind: prompt, cached_prompt (its prefix-cache hits), completion.",
             ["kind"],
             registry=self.registry,
         )
@@ -81,6 +81,8 @@ class GatewayMetrics:
         for verdict in entry.verdicts:
             self.verdicts.labels(verdict.check, verdict.action).inc()
         self.tokens.labels("prompt").inc(entry.prompt_tokens)
+        # Beside "prompt", so that cached over prompt is the prefix cache's hit rate.
+        self.tokens.labels("cached_prompt").inc(entry.details.get("cached_prompt_tokens", 0))
         self.tokens.labels("completion").inc(entry.completion_tokens)
 
     def update_engine(self, engine: Any) -> None:
