@@ -34,7 +34,6 @@ _TOKEN = re.compile(r"(?u)\b\w\w+\b")
 NGRAM_RANGE = (1, 2)
 # Character n-grams within words padded by a space, as TfidfVectorizer(analyzer="char_wb").
 CHAR_NGRAM_RANGE = (3, 6)
-_WHITE_SPACES = re.compile(r"\s\s+")
 # Character n-grams share the vocabulary with word n-grams under this mark, which no word
 # n-gram starts with (those are word characters only).
 CHAR_MARK = "#"
@@ -60,7 +59,7 @@ def char_ngrams(text: str) -> list[str]:
     `char_wb` analyzer makes them (a word shorter than n gives one n-gram, itself), each
     with CHAR_MARK in front."""
     grams: list[str] = []
-    for word in _WHITE_SPACES.sub(" ", text.lower()).split():
+    for word in text.lower().split():
         grams += _word_char_ngrams(word)
     return grams
 
@@ -137,7 +136,7 @@ class _Columns:
     def tfidf(self, text: str) -> NgramFeatures:
         index = self.index
         words = np.array([index[g] for g in ngrams(text) if g in index], dtype=np.intp)
-        chars = [self.char_columns(w) for w in _WHITE_SPACES.sub(" ", text.lower()).split()]
+        chars = [self.char_columns(w) for w in text.lower().split()]
         parts = [self._normalised(words), self._normalised(np.concatenate([words[:0], *chars]))]
         return NgramFeatures(
             np.concatenate([c for c, _ in parts]), np.concatenate([v for _, v in parts])

@@ -64,7 +64,10 @@ def spaced_letters(text: str, rng: random.Random) -> str:
     """The longest words (the ones that carry the attack) spelled out letter by letter,
     with one separator per text: space, dot, dash or underscore."""
     separator = rng.choice(" .-_")
-    words = sorted({m.group() for m in _WORD.finditer(text) if len(m.group()) >= 5}, key=len)
+    # Ties broken by the word itself: set order changes with the hash seed.
+    words = sorted(
+        {m.group() for m in _WORD.finditer(text) if len(m.group()) >= 5}, key=lambda w: (len(w), w)
+    )
     chosen = set(words[-rng.randint(2, 4) :])
     return _WORD.sub(
         lambda m: separator.join(m.group()) if m.group() in chosen else m.group(), text

