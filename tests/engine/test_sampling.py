@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import torch
 
-from engine.sampling import sample_next_token
+from engine.sampling import draw, sample_next_token
 from engine.types import SamplingParams
 
 
@@ -27,3 +29,24 @@ def test_top_p_never_picks_outside_the_nucleus() -> None:
     generator = torch.Generator().manual_seed(0)
     picks = {sample_next_token(logits, params, generator) for _ in range(300)}
     assert picks == {0, 1}
+
+
+def test_draws_follow_the_distribution_and_skip_impossible_tokens() -> None:
+    probs = torch.zeros(49152, dtype=torch.float64)
+    probs[[7, 300, 49151]] = torch.tensor([0.6, 0.3, 0.1], dtype=torch.float64)
+    generator = torch.Generator().manual_seed(0)
+    counts = Counter(draw(probs, generator) for _ in range(20_000))
+    assert set(counts) == {7, 300, 49151}
+    for token, p in ((7, 0.6), (300, 0.3), (49151, 0.1)):
+        # Five standard deviations of a binomial count.
+        assert abs(counts[token] - 20_000 * p) < 5 * (20_000 * p * (1 - p)) ** 0.5
+
+
+def test_sampled_tokens_follow_the_softmax() -> None:
+    logits = torch.tensor([2.0, 1.0, 0.0, -1.0])
+    params = SamplingParams(max_tokens=1, temperature=0.5)
+    generator = torch.Generator().manual_seed(1)
+    counts = Counter(sample_next_token(logits, params, generator) for _ in range(20_000))
+    expected = torch.softmax(logits / 0.5, dim=-1).tolist()
+    for token, p in enumerate(expected):
+        assert abs(counts[token] - 20_000 * p) < 5 * (20_000 * p * (1 - p)) ** 0.5 + 1
