@@ -29,7 +29,7 @@ from engine.llama import PagedLlama
 from engine.model_runner import ModelRunner
 from engine.model_source import ModelSource, load_pretrained
 from engine.smoothing import calibration_ids
-from engine.tokenization import encode_chat, find_stop_token_ids
+from engine.tokenization import ChatEncoder, find_stop_token_ids
 from engine.types import (
     ChatMessage,
     Constraint,
@@ -100,6 +100,7 @@ class PagedEngine:
     ) -> None:
         self._core = core
         self._tokenizer = tokenizer
+        self._chat_ids = ChatEncoder(tokenizer)
         self._model_id = model_id
         self._config = config
         self._commands: queue.SimpleQueue[object] = queue.SimpleQueue()
@@ -187,7 +188,7 @@ class PagedEngine:
         return self._core.runner.model.shape.vocab_size
 
     def count_prompt_tokens(self, messages: Sequence[ChatMessage]) -> int:
-        return len(encode_chat(self._tokenizer, messages))
+        return len(self._chat_ids(messages))
 
     def count_text_tokens(self, text: str) -> int:
         return len(self._encode_text(text))
@@ -196,7 +197,7 @@ class PagedEngine:
         if request.prompt is not None:
             prompt_ids = self._encode_text(request.prompt)
         else:
-            prompt_ids = encode_chat(self._tokenizer, request.messages)
+            prompt_ids = list(self._chat_ids(request.messages))
         params = request.sampling
         grammar = None
         if params.constraint is not None:
