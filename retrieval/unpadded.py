@@ -23,7 +23,7 @@ MAX_TOKENS = 512
 
 def supports_unpadded(model: SentenceTransformer) -> bool:
     """True for a BERT encoder (absolute positions) with mean pooling, then at most a
-    normalisation: the layout whose vectors `unpadded_sentence_vectors` reproduces."""
+    normalisation: the layout whose vectors `unpadded_pass` reproduces."""
     modules = list(model)
     if len(modules) < 2 or any(type(m).__name__ != "Normalize" for m in modules[2:]):
         return False
@@ -43,11 +43,13 @@ def supports_unpadded(model: SentenceTransformer) -> bool:
     return others == ["pooling_mode_mean_tokens"]
 
 
-def unpadded_sentence_vectors(
+def unpadded_pass(
     model: SentenceTransformer, features: dict[str, torch.Tensor]
-) -> torch.Tensor:
-    """Mean-pooled (not normalised) vectors of a tokenised, padded batch, computed in
-    one row of at most MAX_TOKENS tokens; call under `torch.inference_mode()`."""
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Mean-pooled (not normalised) vectors of a tokenised, padded batch, and each text's
+    token states ([CLS] and [SEP] included, as a padded pass gives them cut to the text's
+    length), computed in one row of at most MAX_TOKENS tokens; call under
+    `torch.inference_mode()`."""
     import torch  # here, like the embedder's: importing `retrieval` does not load torch
 
     lengths = features["attention_mask"].sum(dim=1)
@@ -68,4 +70,4 @@ def unpadded_sentence_vectors(
     )
     tokens = output.last_hidden_state[0].float()
     sums = torch.zeros(len(sizes), tokens.shape[1]).index_add_(0, owner, tokens)
-    return sums / lengths[:, None].to(sums.dtype)
+    return sums / lengths[:, None].to(sums.dtype), list(torch.split(tokens, sizes))

@@ -136,7 +136,6 @@ class _Screened:
     """A request's texts as the input guardrails let them through."""
 
     texts: list[str]  # one per message, redacted
-    query: str  # the last user message, redacted: what retrieval searches for
     restorable: dict[str, str]  # placeholders the answer may turn back into originals
 
 
@@ -166,8 +165,7 @@ class ChatService:
         check_client_schemas(body, tools, policy.structured_output)
         entry.details.update(shape.audit_details())
         self._check_context([ChatMessage("user", m.text) for m in body.messages], max_tokens)
-        screened = await self._screen_input(body, entry)
-        chunks = await asyncio.to_thread(self._retrieve, entry, screened.query)
+        screened, chunks = await self._screen_input(body, entry)
         messages = engine_messages(
             policy.model.system_prompt,
             body.messages,
@@ -218,28 +216,41 @@ class ChatService:
             exceeded = ContextLengthExceeded(tokens, max_tokens, engine.context_window)
             raise context_error(exceeded, "messages")
 
-    async def _screen_input(self, body: ChatCompletionRequest, entry: AuditEntry) -> _Screened:
-        """Run the input guardrails over every message; a blocking verdict refuses it."""
+    async def _screen_input(
+        self, body: ChatCompletionRequest, entry: AuditEntry
+    ) -> tuple[_Screened, list[RetrievedChunk]]:
+        """Run the input guardrails over every message, and retrieval beside them; a
+        blocking verdict refuses the request and drops the retrieval.
+
+        PII goes first (about 2 ms), so that retrieval searches for the redacted query
+        while the injection and topic checks run; when they embed the same text, the
+        embedder computes it once for both.
+        """
+        guardrails = self._runtime.input_guardrails
         texts = [m.text for m in body.messages]
         last_user = next((m.text for m in reversed(body.messages) if m.role == "user"), "")
         roles = [m.role for m in body.messages]
-        checked = await asyncio.to_thread(
-            self._runtime.input_guardrails.check, texts, last_user, roles
-        )
+        pii = await asyncio.to_thread(guardrails.redact, texts)
+        query = _last_user_text(body.messages, pii.texts)
+        retrieval = None
+        if not pii.verdict.blocks:
+            retrieval = asyncio.ensure_future(asyncio.to_thread(self._retrieve, entry, query))
+        try:
+            checked = await asyncio.to_thread(guardrails.check, texts, last_user, roles, pii=pii)
+        except BaseException:
+            if retrieval is not None:
+                retrieval.cancel()
+            raise
         entry.verdicts.extend(checked.verdicts)
-        if checked.blocking is not None:
+        if checked.blocking is not None or retrieval is None:
+            if retrieval is not None:
+                retrieval.cancel()
+            blocking = checked.blocking or pii.verdict
             entry.outcome = "blocked"
-            raise guardrail_block(checked.blocking.check, _reason(checked.blocking))
-        redacted = list(checked.texts)
-        redacted_query = next(
-            (
-                t
-                for m, t in zip(reversed(body.messages), reversed(redacted), strict=True)
-                if m.role == "user"
-            ),
-            "",
-        )
-        return _Screened(redacted, redacted_query, dict(checked.restorable))
+            raise guardrail_block(blocking.check, _reason(blocking))
+        chunks, dropped = await retrieval
+        entry.verdicts.extend(dropped)
+        return _Screened(list(checked.texts), dict(checked.restorable)), chunks
 
     def _record_prompt(
         self,
@@ -419,25 +430,29 @@ class ChatService:
             return None, [], "content_filter"
         return None, tool_calls, "tool_calls" if finish_reason == "stop" else finish_reason
 
-    def _retrieve(self, entry: AuditEntry, query: str) -> list[RetrievedChunk]:
+    def _retrieve(
+        self, entry: AuditEntry, query: str
+    ) -> tuple[list[RetrievedChunk], list[Verdict]]:
+        """The sources for `query`, and a verdict for each retrieved chunk that carried
+        instructions and was dropped (retrieved text is untrusted)."""
         settings = self._runtime.loaded.policy.retrieval
         if not settings.enabled or not query or entry.tenant is None:
-            return []
+            return [], []
         found = self._services.store.search(
             entry.tenant, settings.collections, query, settings.top_k, settings.min_score
         )
-        # Retrieved text is untrusted: a chunk carrying instructions is dropped, and noted.
         verdicts = self._runtime.untrusted_text.scan_untrusted([c.text for c in found])
         kept: list[RetrievedChunk] = []
+        dropped: list[Verdict] = []
         for chunk, verdict in zip(found, verdicts, strict=True):
             if verdict.action == "block":
-                entry.verdicts.append(
+                dropped.append(
                     replace(verdict, evidence=(f"chunk {chunk.chunk_id}", *verdict.evidence))
                 )
             if not verdict.blocks:
                 kept.append(chunk)
         # The prompt numbers sources in this order; citations must use the same numbers.
-        return select_for_prompt(kept)
+        return select_for_prompt(kept), dropped
 
 
 def _choices(generation: GenerationRequest, n: int) -> list[Choice]:
@@ -456,6 +471,14 @@ def _choices(generation: GenerationRequest, n: int) -> list[Choice]:
         )
         for index in range(n)
     ]
+
+
+def _last_user_text(messages: Sequence[Message], texts: Sequence[str]) -> str:
+    """The text (of `texts`, one per message) of the last user message, or ""."""
+    return next(
+        (t for m, t in zip(reversed(messages), reversed(texts), strict=True) if m.role == "user"),
+        "",
+    )
 
 
 def _reason(verdict: Verdict) -> str:

@@ -5,7 +5,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from retrieval import Embedder
-from retrieval.unpadded import MAX_TOKENS, supports_unpadded, unpadded_sentence_vectors
+from retrieval.unpadded import MAX_TOKENS, supports_unpadded, unpadded_pass
 
 
 def test_embed_shape_dtype_and_normalisation(embedder: Embedder) -> None:
@@ -42,20 +42,23 @@ def test_a_short_batch_is_computed_unpadded_with_the_vectors_each_text_gets_alon
     prepare = getattr(embedder._model, "preprocess", None) or embedder._model.tokenize
     features = {k: v for k, v in prepare(texts).items() if isinstance(v, torch.Tensor)}
     assert supports_unpadded(embedder._model)
-    assert embedder._fits_one_row([0, 1, 2], features, with_tokens=False)
+    assert embedder._fits_one_row([0, 1, 2], features)
     with torch.inference_mode():
-        vectors = unpadded_sentence_vectors(embedder._model, features).numpy()
+        pooled, _ = unpadded_pass(embedder._model, features)
+    vectors = pooled.numpy()
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     embedder.forget()
-    batch = embedder.embed(texts)
+    batch, batch_tokens = embedder.embed_with_tokens(texts)
     embedder.forget()
-    alone = np.stack([embedder.embed([text])[0] for text in texts])  # one text: padded path
-    np.testing.assert_allclose(vectors, alone, atol=1e-5)
-    np.testing.assert_allclose(batch, alone, atol=1e-5)
+    alone = [embedder.embed_with_tokens([text]) for text in texts]  # one text: padded path
+    np.testing.assert_allclose(vectors, np.stack([v[0] for v, _ in alone]), atol=1e-5)
+    np.testing.assert_allclose(batch, np.stack([v[0] for v, _ in alone]), atol=1e-5)
+    for tokens, (_, alone_tokens) in zip(batch_tokens, alone, strict=True):
+        np.testing.assert_allclose(tokens, alone_tokens[0], atol=1e-4)
     # Too many tokens for one row: the padded batch.
     long = ["word " * 200, "another " * 200, "third " * 200]
     long_features = {k: v for k, v in prepare(long).items() if isinstance(v, torch.Tensor)}
-    assert not embedder._fits_one_row([0, 1, 2], long_features, with_tokens=False)
+    assert not embedder._fits_one_row([0, 1, 2], long_features)
     assert int(long_features["attention_mask"].sum()) > MAX_TOKENS
 
 
@@ -86,3 +89,43 @@ def test_counting_tokens_beside_embedding_from_other_threads(embedder: Embedder)
         futures = [pool.submit(count if i % 2 else embed, i) for i in range(120)]
         results = [future.result() for future in futures]
     assert results[0] == 3 and results[1] == 20 * (400 + 2)
+
+
+def test_threads_asking_for_one_text_at_once_share_one_pass(embedder: Embedder) -> None:
+    """A request's guardrails and its retrieval query embed the same text on two threads:
+    one computes it, the other waits for that pass."""
+    import threading
+    import time
+
+    calls: list[list[str]] = []
+    forward = embedder._forward
+    started, release = threading.Event(), threading.Event()
+
+    def slow_forward(texts: list[str]) -> tuple[np.ndarray, list[np.ndarray]]:
+        calls.append(list(texts))
+        started.set()
+        release.wait(10)
+        return forward(texts)
+
+    embedder.forget()
+    embedder._forward = slow_forward  # type: ignore[method-assign]
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(embedder.embed_with_tokens, ["shared query text"])
+            assert started.wait(10)
+            second = pool.submit(embedder.embed, ["shared query text", "guardrail head"])
+            # Once the second thread claims its own text, it has found the shared one running.
+            while "guardrail head" not in embedder._in_flight:
+                time.sleep(0.001)
+            release.set()
+            (vector, tokens), both = first.result(), second.result()
+    finally:
+        del embedder._forward
+    assert calls == [["shared query text"], ["guardrail head"]]
+    np.testing.assert_array_equal(both[0], vector[0])
+    assert tokens[0].shape[1] == embedder.dimension
+    # The token vectors came with the sentence vector: a later query is a cache hit.
+    calls.clear()
+    again, again_tokens = embedder.embed_with_tokens(["guardrail head"])
+    np.testing.assert_array_equal(again[0], both[1])
+    assert again_tokens[0].shape[1] == embedder.dimension
