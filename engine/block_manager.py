@@ -134,6 +134,22 @@ class BlockManager:
         if len(seq.block_table) < self.blocks_needed(seq.num_tokens):
             seq.block_table.append(self._take_fresh())
 
+    def reserve(self, seq: Sequence, num_tokens: int, keep: int) -> int:
+        """Grow `seq`'s blocks towards `num_tokens` slots (for a draft past its tokens) while
+        more than `keep` blocks stay available; how many of those slots it holds now."""
+        while len(seq.block_table) < self.blocks_needed(num_tokens) and self.num_available > keep:
+            seq.block_table.append(self._take_fresh())
+        return min(num_tokens, len(seq.block_table) * self.block_size)
+
+    def trim(self, seq: Sequence) -> None:
+        """Return the blocks past `seq`'s tokens (taken for a draft it did not keep)."""
+        while len(seq.block_table) > self.blocks_needed(seq.num_tokens):
+            block_id = seq.block_table.pop()
+            if self._ref_counts[block_id] != 1 or self._block_hash[block_id] is not None:
+                raise BlockAccountingError(f"block {block_id} past the tokens is shared")
+            self._ref_counts[block_id] = 0
+            self._free.appendleft(block_id)
+
     def free(self, seq: Sequence) -> None:
         """Drop `seq`'s references. Tail blocks go first in line for eviction."""
         for block_id in reversed(seq.block_table):

@@ -52,6 +52,12 @@ class EngineConfig:
     # compiled library is cached (None: $XDG_CACHE_HOME or ~/.cache, then bastion/native).
     native_decode: bool = True
     native_cache_dir: Path | None = None
+    # Speculative decoding (engine/speculative.py): the longest prompt-lookup draft a
+    # decoding sequence verifies in one step (0: off), and the most running sequences for
+    # which drafts are proposed at all: in a larger batch the weights' read is already
+    # shared and verification costs more than it saves.
+    speculative_tokens: int = 0
+    speculative_max_batch: int = 4
 
     def __post_init__(self) -> None:
         if self.kv_cache_mb <= 0:
@@ -72,6 +78,8 @@ class EngineConfig:
             raise ValueError(f"weights must be one of {list(WEIGHT_CHOICES)}, got {self.weights!r}")
         if self.max_waiting < 0:
             raise ValueError("max_waiting must be >= 0")
+        if self.speculative_tokens < 0 or self.speculative_max_batch < 0:
+            raise ValueError("speculative_tokens and speculative_max_batch must be >= 0")
 
     @property
     def weight_format(self) -> WeightFormat:

@@ -14,6 +14,7 @@ from engine.grammar import GrammarState
 from engine.model_runner import ModelRunner
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
+from engine.speculative import NgramDrafter
 from engine.types import (
     ContextLengthExceeded,
     EngineError,
@@ -54,6 +55,9 @@ class EngineMetrics:
     preemptions: int
     generated_tokens: int
     generation_tokens_per_second: float
+    # Speculative decoding: draft tokens verified, and of those the ones accepted.
+    draft_tokens: int = 0
+    accepted_draft_tokens: int = 0
 
 
 class EngineCore:
@@ -76,6 +80,8 @@ class EngineCore:
         self.stop_token_ids = stop_token_ids
         self._seqs: dict[str, Sequence] = {}
         self._generated = 0
+        self._drafted = 0
+        self._accepted = 0
         self._recent: collections.deque[tuple[float, int]] = collections.deque()
 
     # -- requests -------------------------------------------------------------------------
@@ -113,6 +119,11 @@ class EngineCore:
         if not params.is_greedy:
             generator = torch.Generator(device="cpu")
             generator.manual_seed(params.seed if params.seed is not None else time.time_ns())
+        drafter = None
+        if self.config.speculative_tokens and params.speculative and grammar is None:
+            # A constrained answer does not draft: its grammar would have to mask each draft
+            # position in turn, and its masks are filled while the model runs.
+            drafter = NgramDrafter(self.config.speculative_tokens)
         seq = Sequence(
             seq_id,
             list(prompt_ids),
@@ -121,6 +132,7 @@ class EngineCore:
             cache_salt,
             generator=generator,
             grammar=grammar,
+            drafter=drafter,
         )
         self._seqs[seq_id] = seq
         self.scheduler.add(seq)
@@ -151,40 +163,64 @@ class EngineCore:
         if not batch:
             return []
         sampled = self.runner.run(batch)
-        self.scheduler.after_step(batch)
         outputs: list[StepOutput] = []
+        finished: list[Sequence] = []
+        computed: list[int] = []
         new_tokens = 0
-        for (seq, _), result in zip(batch.entries, sampled, strict=True):
-            if result is None:
-                continue
-            token, logprob = result
-            finish = self._finish_reason(seq, token)
-            if finish is None and seq.grammar is not None and not seq.grammar.accept(token):
-                # Only a mask that allowed nothing gets here; end the answer where it is valid.
-                finish = "stop"
-            if finish != "stop":
-                seq.token_ids.append(token)
-                new_tokens += 1
-                if finish is None and seq.num_output_tokens >= seq.params.max_tokens:
-                    finish = "length"
-            emitted = token if finish != "stop" else None
-            outputs.append(
-                StepOutput(
-                    seq.seq_id,
-                    emitted,
-                    logprob if emitted is not None else None,
-                    seq.num_prompt_tokens,
-                    seq.num_output_tokens,
-                    finish,
-                    seq.num_cached_prompt_tokens,
-                )
-            )
-            if finish is not None:
-                seq.finish_reason = finish
-                self._seqs.pop(seq.seq_id, None)
-                self.scheduler.finish(seq)
+        for (seq, num_new), results in zip(batch.entries, sampled, strict=True):
+            kept = 0
+            for token, logprob in results or ():
+                finish = self._take(seq, token)
+                kept += finish != "stop"
+                outputs.append(self._output(seq, token, logprob, finish))
+                if finish is not None:
+                    seq.finish_reason = finish
+                    finished.append(seq)
+                    break
+            new_tokens += kept
+            if seq.draft and results:
+                accepted = len(results) - 1
+                self._drafted += len(seq.draft)
+                self._accepted += accepted
+                if seq.drafter is not None:
+                    seq.drafter.record(len(seq.draft), accepted)
+                # K/V is valid for the last token and each accepted draft token kept.
+                computed.append(1 + min(kept, accepted))
+            else:
+                computed.append(num_new)
+        self.scheduler.after_step(batch, computed)
+        for seq in finished:
+            self._seqs.pop(seq.seq_id, None)
+            self.scheduler.finish(seq)
         self._count(new_tokens)
         return outputs
+
+    def _take(self, seq: Sequence, token: int) -> FinishReason | None:
+        """Append a sampled token to `seq` unless it stops it; why `seq` ends, if it does."""
+        finish = self._finish_reason(seq, token)
+        if finish is None and seq.grammar is not None and not seq.grammar.accept(token):
+            # Only a mask that allowed nothing gets here; end the answer where it is valid.
+            finish = "stop"
+        if finish != "stop":
+            seq.token_ids.append(token)
+            if finish is None and seq.num_output_tokens >= seq.params.max_tokens:
+                finish = "length"
+        return finish
+
+    @staticmethod
+    def _output(
+        seq: Sequence, token: int, logprob: TokenLogprob | None, finish: FinishReason | None
+    ) -> StepOutput:
+        emitted = token if finish != "stop" else None
+        return StepOutput(
+            seq.seq_id,
+            emitted,
+            logprob if emitted is not None else None,
+            seq.num_prompt_tokens,
+            seq.num_output_tokens,
+            finish,
+            seq.num_cached_prompt_tokens,
+        )
 
     def fail_all(self) -> list[str]:
         """Drop every request after an unrecoverable step error; returns their ids."""
@@ -231,4 +267,6 @@ class EngineCore:
             preemptions=self.scheduler.num_preemptions,
             generated_tokens=self._generated,
             generation_tokens_per_second=rate,
+            draft_tokens=self._drafted,
+            accepted_draft_tokens=self._accepted,
         )

@@ -20,6 +20,7 @@ from engine.llama import PagedLlama
 from engine.native_decode import NativeDecoder, native_decoder
 from engine.sampling import sample_batch
 from engine.scheduler import ScheduledBatch
+from engine.speculative import accept_draft
 from engine.types import TokenLogprob
 
 # A step of fewer tokens than this (a few decodes) runs on one thread: its ops are too small
@@ -31,13 +32,17 @@ SHARED_STEP_MIN_TOKENS = 8
 
 @dataclass
 class StepInputs:
-    """One step's tensors, and which batch entries sample a token (in logit-row order)."""
+    """One step's tensors, and which batch entries sample a token (in logit-row order).
+
+    `samplers` take one logit row each; then come `verifiers`, entries with a draft of k
+    tokens, k + 1 rows each (engine/speculative.py)."""
 
     input_ids: torch.Tensor
     positions: torch.Tensor
     ctx: AttentionContext
     logit_rows: torch.Tensor
     samplers: list[int]
+    verifiers: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +68,8 @@ class _StepParts:
     prefills: list[PrefillChunk] = field(default_factory=list)
     logit_rows: list[int] = field(default_factory=list)
     samplers: list[int] = field(default_factory=list)
+    verify_rows: list[int] = field(default_factory=list)
+    verifiers: list[int] = field(default_factory=list)
 
 
 class ModelRunner:
@@ -106,8 +113,9 @@ class ModelRunner:
         return slots[skip : skip + end - start]
 
     @torch.inference_mode()
-    def run(self, batch: ScheduledBatch) -> list[tuple[int, TokenLogprob | None] | None]:
-        """Forward the batch; one sampled token per entry that reached its last token."""
+    def run(self, batch: ScheduledBatch) -> list[list[tuple[int, TokenLogprob | None]] | None]:
+        """Forward the batch; the sampled tokens of each entry that reached its last token:
+        one, or for an entry with a draft the accepted draft tokens and one more."""
         step = self.prepare(batch)
         constrained = [
             (row, grammar)
@@ -120,7 +128,7 @@ class ModelRunner:
             masks = _MaskStep(bitmask, constrained)
         self._set_threads(len(step.input_ids), decodes=step.ctx.num_decodes > 0)
         logits = self.run_model(step.input_ids, step.positions, step.ctx, step.logit_rows)
-        return self._sample(batch, step.samplers, logits, masks)
+        return self._sample(batch, step, logits, masks)
 
     def prepare(self, batch: ScheduledBatch) -> StepInputs:
         """The step's tensors: each entry's tokens, positions and K/V slots, and the rows
@@ -130,8 +138,18 @@ class ModelRunner:
             start = seq.num_computed_tokens
             end = start + n
             row = len(parts.ids)
-            parts.ids.extend(seq.token_ids[start:end])
             parts.positions.extend(range(start, end))
+            if seq.draft:
+                # The last token and its draft, one decode row each: every row stores its
+                # K/V before any attends, so row j sees the draft's first j tokens.
+                parts.ids.extend(seq.token_ids[start:])
+                parts.ids.extend(seq.draft)
+                for position in range(start, end):
+                    self._add_decode(parts, seq.block_table, position)
+                parts.verify_rows.extend(range(row, row + n))
+                parts.verifiers.append(index)
+                continue
+            parts.ids.extend(seq.token_ids[start:end])
             if n == 1:
                 self._add_decode(parts, seq.block_table, start)
             else:
@@ -174,29 +192,41 @@ class ModelRunner:
             input_ids=torch.tensor(parts.ids, dtype=torch.long, device=self.device),
             positions=torch.tensor(parts.positions, dtype=torch.long, device=self.device),
             ctx=ctx,
-            logit_rows=torch.tensor(parts.logit_rows, dtype=torch.long, device=self.device),
+            logit_rows=torch.tensor(
+                parts.logit_rows + parts.verify_rows, dtype=torch.long, device=self.device
+            ),
             samplers=parts.samplers,
+            verifiers=parts.verifiers,
         )
 
     @staticmethod
     def _sample(
         batch: ScheduledBatch,
-        samplers: list[int],
+        step: StepInputs,
         logits: torch.Tensor,
         masks: _MaskStep | None,
-    ) -> list[tuple[int, TokenLogprob | None] | None]:
-        results: list[tuple[int, TokenLogprob | None] | None] = [None] * len(batch.entries)
+    ) -> list[list[tuple[int, TokenLogprob | None]] | None]:
+        results: list[list[tuple[int, TokenLogprob | None]] | None] = [None] * len(batch.entries)
+        logits = logits.cpu()
+        samplers = step.samplers
         if samplers:
             seqs = [batch.entries[i][0] for i in samplers]
             sampled = sample_batch(
-                logits.cpu(),
+                logits[: len(samplers)],
                 [s.params for s in seqs],
                 [s.output_ids for s in seqs],
                 [s.generator for s in seqs],
                 masks.apply if masks is not None else None,
             )
             for index, result in zip(samplers, sampled, strict=True):
-                results[index] = result
+                results[index] = [result]
+        row = len(samplers)
+        for index in step.verifiers:
+            seq, n = batch.entries[index]
+            results[index] = accept_draft(
+                logits[row : row + n], seq.draft, seq.params, seq.output_ids, seq.generator
+            )
+            row += n
         return results
 
     def run_model(

@@ -65,14 +65,18 @@ class Scheduler:
         budget = self.config.max_batched_tokens
         decodes = [s for s in self.running if s.num_tokens - s.num_computed_tokens == 1]
         prefills = [s for s in self.running if s.num_tokens - s.num_computed_tokens > 1]
-        for seq in decodes:
+        drafting = len(self.running) <= self.config.speculative_max_batch
+        for index, seq in enumerate(decodes):
             if seq.status is not SequenceStatus.RUNNING:
                 continue  # preempted earlier in this loop
             if not self._make_room(seq, batch):
                 continue
             self.blocks.append_slot(seq)
-            batch.entries.append((seq, 1))
-            budget -= 1
+            if drafting and seq.drafter is not None:
+                # Leave one token of the budget, and one block, to each decode after this one.
+                self._draft(seq, budget - (len(decodes) - index), len(decodes) - index)
+            batch.entries.append((seq, 1 + len(seq.draft)))
+            budget -= 1 + len(seq.draft)
         for seq in prefills:
             if budget <= 0:
                 break
@@ -101,8 +105,20 @@ class Scheduler:
             chunk = min(seq.num_tokens - seq.num_computed_tokens, budget)
             batch.entries.append((seq, chunk))
             budget -= chunk
-        batch.entries.sort(key=lambda entry: entry[1] != 1)
+        # Decodes (and their drafts) first: the runner batches them as one-token rows.
+        batch.entries.sort(key=lambda entry: entry[1] != 1 and not entry[0].draft)
         return batch
+
+    def _draft(self, seq: Sequence, budget: int, spare_blocks: int) -> None:
+        """Set `seq.draft`: a prompt-lookup draft that fits the step's token budget, the
+        answer's remaining length and the KV blocks it can take without preempting."""
+        assert seq.drafter is not None
+        remaining = seq.params.max_tokens - seq.num_output_tokens - 1
+        draft = seq.drafter.propose(seq.token_ids, min(budget, remaining))
+        if draft:
+            held = self.blocks.reserve(seq, seq.num_tokens + len(draft), spare_blocks)
+            draft = draft[: held - seq.num_tokens]
+        seq.draft = draft
 
     def _blocks_being_prefilled(self) -> set[bytes]:
         """Hashes of full prompt blocks that running sequences have not computed yet."""
@@ -131,8 +147,14 @@ class Scheduler:
         self.waiting.appendleft(seq)
         batch.preempted.append(seq)
 
-    def after_step(self, batch: ScheduledBatch) -> None:
-        """Advance computed-token counters and publish newly full blocks to the prefix cache."""
-        for seq, num_new in batch.entries:
-            seq.num_computed_tokens += num_new
+    def after_step(self, batch: ScheduledBatch, computed: list[int] | None = None) -> None:
+        """Advance computed-token counters and publish newly full blocks to the prefix cache.
+
+        `computed[i]` is how many of entry i's tokens now have valid K/V (default: all of
+        them); a draft's rejected tokens do not, and their blocks are given back."""
+        for index, (seq, num_new) in enumerate(batch.entries):
+            seq.num_computed_tokens += num_new if computed is None else computed[index]
             self.blocks.register_computed(seq)
+            if seq.draft:
+                seq.draft = []
+                self.blocks.trim(seq)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.grammar import GrammarState
+from engine.speculative import Drafter
 from engine.types import FinishReason, SamplingParams
 
 
@@ -25,6 +26,9 @@ class Sequence:
     `token_ids` still has to go through the model. After preemption it drops to zero and
     the sequence is recomputed (prompt and completion so far) when it runs again; its
     `grammar` has accepted every output token and needs no rebuilding.
+
+    `drafter` proposes speculative tokens where speculation is on for it; `draft` holds the
+    ones this step verifies (after `token_ids`, never part of them until accepted).
     """
 
     seq_id: str
@@ -41,6 +45,8 @@ class Sequence:
     finish_reason: FinishReason | None = None
     generator: torch.Generator | None = None
     grammar: GrammarState | None = None
+    drafter: Drafter | None = None
+    draft: list[int] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:

@@ -38,7 +38,12 @@ class Constraint:
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
-    """How to pick tokens. `temperature == 0` means greedy."""
+    """How to pick tokens. `temperature == 0` means greedy.
+
+    `speculative` lets the engine verify prompt-lookup drafts for this request where its
+    config enables speculation (`EngineConfig.speculative_tokens`); the output is the same
+    either way (greedy) or has the same distribution (sampled).
+    """
 
     max_tokens: int = 256
     temperature: float = 0.0
@@ -54,6 +59,7 @@ class SamplingParams:
     ignore_eos: bool = False
     logit_bias: tuple[tuple[int, float], ...] = ()
     constraint: Constraint | None = None
+    speculative: bool = True
 
     def __post_init__(self) -> None:
         if self.max_tokens <= 0:

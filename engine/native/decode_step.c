@@ -488,6 +488,7 @@ static void run_parallel(Step *step, int threads) {
 struct Step {
     const Model *m;
     int64_t batch, width;
+    int shared_context; /* rows of one sequence: a draft's K/V is stored before attention */
     float *hidden;
     const int64_t *positions, *context_slots;
     float *logits;
@@ -523,8 +524,10 @@ static void run_step(Step *st, int tid, int threads) {
         barrier(threads);
         project(&layer->qkv, st->xq, st->xs, batch, st->qkv, QKV, tid, threads);
         barrier(threads);
-        /* One (sequence, K/V head) per item: rotate its query heads and its key, store the
-         * new key and value, attend. Items touch disjoint slots, so they need no barrier. */
+        /* One (row, K/V head) per item: rotate its query heads and its key, store the new
+         * key and value; then attend. Rows of one sequence at successive positions (a
+         * speculative draft being verified) attend to each other's new K/V, so every row
+         * stores before any attends. */
         span(tid, threads, batch * NKV, &lo, &hi);
         for (int64_t item = lo; item < hi; item++) {
             int64_t b = item / NKV, g = item % NKV, position = st->positions[b];
@@ -536,8 +539,14 @@ static void run_step(Step *st, int tid, int threads) {
             int64_t cache_row = g * m->num_slots + slots[position];
             cache_store(layer->k_cache, m->kv_bf16, cache_row, k, D);
             cache_store(layer->v_cache, m->kv_bf16, cache_row, row + (NH + NKV + g) * D, D);
-            attend(m, layer, g, row + g * group * D, group, slots, position + 1,
-                   st->scores + item * group * width, st->attn + b * NH * D + g * group * D);
+        }
+        if (st->shared_context) barrier(threads);
+        for (int64_t item = lo; item < hi; item++) {
+            int64_t b = item / NKV, g = item % NKV, position = st->positions[b];
+            float *row = st->qkv + b * QKV;
+            attend(m, layer, g, row + g * group * D, group, st->context_slots + b * width,
+                   position + 1, st->scores + item * group * width,
+                   st->attn + b * NH * D + g * group * D);
         }
         barrier(threads);
         prepare_rows(st, st->attn, NH * D, NULL, tid, threads);
@@ -569,7 +578,8 @@ static void run_step(Step *st, int tid, int threads) {
 
 /* hidden: [batch, hidden], the new tokens' embeddings (overwritten). context_slots:
  * [batch, width], row b holding the slots of positions 0..positions[b] (the new token's
- * slot last). logits: [batch, vocab] out. Returns 0, or 1 when scratch memory ran out. */
+ * slot last). Several rows may be one sequence at successive positions (a draft being
+ * verified, causal within the draft). logits: [batch, vocab] out. Returns 0, or 1 when scratch memory ran out. */
 int bastion_decode_step(const Model *m, int64_t batch, float *hidden, const int64_t *positions,
                         const int64_t *context_slots, int64_t width, float *logits,
                         int threads) {
@@ -587,6 +597,14 @@ int bastion_decode_step(const Model *m, int64_t batch, float *hidden, const int6
     st.scores = malloc(sizeof(float) * batch * NH * width);
     st.xq = malloc(sizeof(int16_t) * batch * widest);
     st.xs = malloc(sizeof(float) * batch);
+    /* Rows whose contexts start at the same slot may be one sequence's draft positions (or
+     * sequences sharing a cached prefix, where the extra barrier is merely unneeded). */
+    for (int64_t b = 1; b < batch && !st.shared_context; b++)
+        for (int64_t a = 0; a < b; a++)
+            if (context_slots[a * width] == context_slots[b * width]) {
+                st.shared_context = 1;
+                break;
+            }
     int failed = !st.x || !st.qkv || !st.attn || !st.gate_up || !st.delta || !st.scores ||
                  !st.xq || !st.xs;
     if (!failed) run_parallel(&st, threads);
