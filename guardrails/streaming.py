@@ -1,73 +1,114 @@
-"""Redaction of a streamed answer: hold back a window so no entity is released in pieces.
+"""Redaction of a streamed answer, a chunk at a time: hold back a window so no entity is
+released in pieces, and run the checks only once enough new text has come in.
 
 The redact function is normally `OutputGuardrails.redactor(...)`, which composes the
 output checks (prompt leaks, secrets, PII, restoring pseudonyms), so streaming applies
 every one of them.
 
-A cut is taken only where redacting the text before it gives exactly the start of the
-redaction of all pending text, so an entity spanning the cut (e.g. "555 123 4567") keeps
-the text held until it is whole. The window must exceed the longest entity (about 40
+Adding a delta only appends it and notes where words end; no check runs. Once at least
+`chunk_chars` new characters have come in (counted at a word's end), a check redacts
+the held text up to the last whole word and releases it up to a cut at least
+`window_chars` before that end. Only what is held is scanned: the window from the last
+check (the overlap an entity spanning the boundary needs) and the new text.
+
+A cut is taken only where the redaction splits there unchanged. Usually the redaction of
+the held text ends with the text after the cut as it was: nothing there was found, so no
+entity crosses the cut (its replacement would have taken the characters after the cut
+too) and one scan is enough; what comes before is released. Otherwise the two sides are
+redacted apart and must give the whole redaction when joined, which holds an entity that
+spans the cut (e.g. "555 123 4567") or needs the words before it as context
+("password: ...") until it is whole. The window must exceed the longest entity (about 40
 characters for an IBAN) for this to be reliable.
 """
 
 from __future__ import annotations
 
+import bisect
+import re
 from collections.abc import Callable
 
-# Candidate cuts tried per release; each costs one `redact` call.
+# New characters between checks: a check costs a redact call over the held text.
+DEFAULT_CHUNK_CHARS = 32
+# Candidate cuts tried when the fast path fails; each costs two `redact` calls.
 _MAX_TRIALS = 3
+# A cut lies just after a run of whitespace.
+_CUT = re.compile(r"\s(?=\S)")
 
 
 class StreamingRedactor:
-    """Feeds deltas in, releases redacted text up to a whitespace boundary.
+    """Takes deltas in, releases redacted text up to a whitespace boundary, in chunks.
 
     `redact` should give a value the same placeholder each time it sees it (as
-    `PiiRedactor.redact` does with shared `numbering`/`known` dicts), because pending text
-    is redacted more than once before it is released.
+    `PiiRedactor.redact` does with shared `numbering`/`known` dicts), because held text
+    may be redacted more than once before it is released.
+
+    `add` is cheap and can run on the event loop; `release` runs the checks and is the
+    part to move off it (e.g. with `asyncio.to_thread`) when `add` says one is due.
     """
 
-    def __init__(self, redact: Callable[[str], str], window_chars: int) -> None:
+    def __init__(
+        self,
+        redact: Callable[[str], str],
+        window_chars: int,
+        chunk_chars: int = DEFAULT_CHUNK_CHARS,
+    ) -> None:
         self._redact = redact
         self._window = window_chars
+        self._chunk = chunk_chars
         self._pending = ""
-        self._last_tried = 0  # best cut of the last failed attempt
+        self._cuts: list[int] = []  # cut positions in `_pending`, ascending
+        self._complete = 0  # just after the last whitespace in `_pending`: whole words end here
+        self._due_at = 0  # the `_complete` at which the next check is due
+
+    def add(self, delta: str) -> bool:
+        """Hold a delta; True when a check is due (call `release`)."""
+        start = len(self._pending)
+        self._pending += delta
+        self._cuts.extend(m.end() for m in _CUT.finditer(self._pending, max(start - 1, 0)))
+        for i in range(len(delta) - 1, -1, -1):
+            if delta[i].isspace():
+                self._complete = start + i + 1
+                break
+        return (
+            self._complete >= self._due_at
+            and bool(self._cuts)
+            and self._cuts[0] <= self._complete - self._window
+        )
+
+    def release(self) -> str:
+        """Run the checks over the held whole words; return the redacted text that is safe
+        to release now (maybe "")."""
+        complete = self._complete
+        self._due_at = complete + self._chunk
+        latest = bisect.bisect_right(self._cuts, complete - self._window)
+        candidates = self._cuts[max(latest - _MAX_TRIALS, 0) : latest][::-1]
+        if not candidates:
+            return ""
+        held = self._pending[:complete]
+        whole = self._redact(held)
+        tail = held[candidates[0] :]
+        if whole.endswith(tail):
+            return self._drop(candidates[0], whole[: len(whole) - len(tail)])
+        for cut in candidates:
+            head = self._redact(held[:cut])
+            if whole.startswith(head) and whole[len(head) :] == self._redact(held[cut:]):
+                return self._drop(cut, head)
+        return ""
 
     def feed(self, delta: str) -> str:
-        """Add a delta; return the redacted text that is safe to release now (maybe "")."""
-        self._pending += delta
-        # Only whole words count: the trailing word may still be growing.
-        complete = _after_last_space(self._pending)
-        cuts = _cuts_before(self._pending, complete - self._window)
-        if not cuts or cuts[0] <= self._last_tried:
-            return ""
-        full = self._redact(self._pending[:complete])
-        for cut in cuts[:_MAX_TRIALS]:
-            released = self._redact(self._pending[:cut])
-            if full.startswith(released):
-                self._pending = self._pending[cut:]
-                self._last_tried = 0
-                return released
-        self._last_tried = cuts[0]
-        return ""
+        """`add` and, when a check is due, `release`: the redacted text safe to release now."""
+        return self.release() if self.add(delta) else ""
 
     def flush(self) -> str:
         """Redact and return everything still held; call once at the end of the stream."""
-        rest, self._pending, self._last_tried = self._pending, "", 0
+        rest = self._pending
+        self._pending, self._cuts, self._complete, self._due_at = "", [], 0, 0
         return self._redact(rest) if rest else ""
 
-
-def _after_last_space(text: str) -> int:
-    """Index just after the last whitespace in text, or 0."""
-    for i in range(len(text) - 1, -1, -1):
-        if text[i].isspace():
-            return i + 1
-    return 0
-
-
-def _cuts_before(text: str, limit: int) -> list[int]:
-    """Cut positions (just after a whitespace run) at or before limit, latest first."""
-    return [
-        i + 1
-        for i in range(min(limit, len(text)) - 1, -1, -1)
-        if text[i].isspace() and (i + 1 == len(text) or not text[i + 1].isspace())
-    ]
+    def _drop(self, cut: int, released: str) -> str:
+        """Forget the held text before `cut`, which `released` is the redaction of."""
+        self._pending = self._pending[cut:]
+        self._cuts = [c - cut for c in self._cuts if c > cut]
+        self._complete -= cut
+        self._due_at -= cut
+        return released

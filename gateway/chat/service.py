@@ -301,8 +301,8 @@ class ChatService:
             self._runtime.output.redactor(chat.restorable), chat.stream_window
         )
         async for text in self._generate(chat, chat.first):
-            released = await asyncio.to_thread(redactor.feed, text)
-            if released:
+            # Holding a delta is cheap; only a due check goes to a thread, once a chunk.
+            if redactor.add(text) and (released := await asyncio.to_thread(redactor.release)):
                 yield released
         rest = await asyncio.to_thread(redactor.flush)
         if rest:

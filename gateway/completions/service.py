@@ -229,8 +229,8 @@ class CompletionService:
             self._runtime.output.redactor(choice.restorable), prepared.stream_window
         )
         async for delta in self._deltas(prepared, choice):
-            released = await asyncio.to_thread(redactor.feed, delta.text) if delta.text else ""
-            if released:
+            # Holding a delta is cheap; only a due check goes to a thread, once a chunk.
+            if redactor.add(delta.text) and (released := await asyncio.to_thread(redactor.release)):
                 yield self._piece(prepared, choice, released, final=False)
         rest = await asyncio.to_thread(redactor.flush)
         last = self._piece(prepared, choice, rest, final=True)

@@ -1,8 +1,14 @@
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
+import pytest
+
+from guardrails.config import SecretsConfig
+from guardrails.output_check import OutputGuardrails
 from guardrails.pii import PiiRedactor
+from guardrails.secrets import SecretsFilter
 from guardrails.streaming import StreamingRedactor
 
 ANSWER = (
@@ -54,3 +60,129 @@ def test_flush_on_empty_stream() -> None:
     assert stream.flush() == ""
     stream.feed("short")
     assert stream.flush() == "SHORT"
+
+
+# One entity of each kind the output checks must never release in pieces, in a sentence
+# long enough that the stream releases text before and after it.
+SPLIT_ENTITIES = {
+    "email": "jane.roe@example.com",
+    "phone": "555 123 4567",
+    "iban": "DE89 3704 0044 0532 0130 00",
+    "secret": "sk-proj-Zx81LmQ0pRtY7uWv3sNa",
+    "password": "password: hunter2secret",
+}
+
+
+def _sentence(entity: str) -> str:
+    return (
+        "Thanks for waiting, here is what you asked for earlier today. "
+        f"The value is {entity} and it is only for you. Please keep it safe and "
+        "do not forward it to anyone outside the team."
+    )
+
+
+def _deltas(text: str, split: int) -> list[str]:
+    """Tiny deltas of one to three characters, with a boundary at `split`."""
+    bounds, i, sizes = {split}, 0, (1, 3, 2)
+    while i < len(text):
+        bounds.add(i)
+        i += sizes[i % 3]
+    edges = [*sorted(b for b in bounds if 0 <= b < len(text)), len(text)]
+    return [text[a:b] for a, b in itertools.pairwise(edges) if b > a]
+
+
+@pytest.fixture(scope="module")
+def output(redactor: PiiRedactor) -> OutputGuardrails:
+    return OutputGuardrails(redactor, SecretsFilter(SecretsConfig()))
+
+
+@pytest.mark.parametrize("chunk_chars", [1, 8, 32])
+@pytest.mark.parametrize("kind", sorted(SPLIT_ENTITIES))
+def test_an_entity_split_at_every_point_is_never_released_in_pieces(
+    output: OutputGuardrails, kind: str, chunk_chars: int
+) -> None:
+    """Chunk sizes from one (a check at every word's end) up move the checks around the
+    entity, so cuts land next to, inside and after it."""
+    entity = SPLIT_ENTITIES[kind]
+    answer = _sentence(entity)
+    whole = output.redactor()(answer)
+    assert entity not in whole
+    start = answer.index(entity)
+    fragments = [part for part in entity.replace(":", " ").split() if len(part) >= 3]
+    for split in range(start, start + len(entity) + 1):
+        stream = StreamingRedactor(output.redactor(), 48, chunk_chars)
+        released, chunks = "", 0
+        for delta in _deltas(answer, split):
+            piece = stream.feed(delta)
+            released += piece
+            chunks += bool(piece)
+            # Whatever went out is the start of the whole-answer redaction: no piece of
+            # the entity (the redaction has a placeholder there) was ever visible.
+            assert whole.startswith(released), (split, released)
+        released += stream.flush()
+        assert released == whole, split
+        assert chunks >= 2, split  # it streamed around the entity
+        for fragment in fragments:
+            if kind != "password" or fragment != "password":
+                assert fragment not in released, (split, fragment)
+
+
+def _counting(redact: Callable[[str], str]) -> tuple[Callable[[str], str], list[int]]:
+    """`redact`, and a list that gets each call's input length."""
+    calls: list[int] = []
+
+    def counted(text: str) -> str:
+        calls.append(len(text))
+        return redact(text)
+
+    return counted, calls
+
+
+def _words(count: int) -> str:
+    words = ("the", "engine", "streams", "a", "reply", "about", "wings", "and", "lift")
+    return " ".join(words[i % len(words)] for i in range(count))
+
+
+def test_one_character_deltas_cost_a_check_per_chunk(output: OutputGuardrails) -> None:
+    text = _words(120)[:400]
+    redact, calls = _counting(output.redactor())
+    stream = StreamingRedactor(redact, window_chars=48, chunk_chars=32)
+    out = "".join(stream.feed(ch) for ch in text) + stream.flush()
+    assert out == text
+    # One redact call per 32 new characters (plus the flush), not one or more per token;
+    # each scans the held window and the new chunk, never the released text again.
+    assert len(calls) <= len(text) // 32 + 2, len(calls)
+    assert max(calls) <= 48 + 32 + len("streams ")
+
+
+def test_checks_are_due_only_once_a_chunk_came_in() -> None:
+    stream = StreamingRedactor(lambda text: text, window_chars=48, chunk_chars=32)
+    text = _words(200)
+    due = []
+    for i, ch in enumerate(text):
+        if stream.add(ch):
+            due.append(i)
+            assert stream.release()
+    assert due, "no check ran"
+    gaps = [b - a for a, b in itertools.pairwise(due)]
+    assert min(gaps) >= 32
+    assert due[0] <= 48 + len("streams a ")  # the first release comes as early as the window allows
+
+
+def test_an_answer_dense_with_entities_still_streams(output: OutputGuardrails) -> None:
+    text = " ".join(f"user{i}@example.com" for i in range(12)) + " are the addresses."
+    stream = StreamingRedactor(output.redactor(), window_chars=48)
+    chunks = [stream.feed(text[i : i + 3]) for i in range(0, len(text), 3)]
+    chunks.append(stream.flush())
+    assert sum(1 for c in chunks if c) >= 4
+    assert "".join(chunks) == output.redactor()(text)
+    assert "@" not in "".join(chunks)
+
+
+def test_the_words_before_a_secret_stay_with_it(output: OutputGuardrails) -> None:
+    # Redacted alone, "hunter2secret" is no secret: the cut must not fall between them.
+    text = "Log in with the admin account, the password: hunter2secret works until Monday."
+    for window in (16, 24, 32):
+        stream = StreamingRedactor(output.redactor(), window_chars=window, chunk_chars=8)
+        out = "".join(stream.feed(ch) for ch in text) + stream.flush()
+        assert "hunter2secret" not in out, window
