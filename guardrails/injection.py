@@ -33,6 +33,7 @@ from guardrails.injection_classifier import (
 from guardrails.normalize import decoded_variants
 from guardrails.persona_cues import CUE_NAME, persona_unbound
 from guardrails.persona_patterns import PERSONA_PATTERNS, TRANSLATED_PERSONA_KEYS
+from guardrails.text_cache import TextCache
 from guardrails.verdict import Verdict, failed_check
 
 CHECK_NAME = "prompt_injection"
@@ -166,6 +167,8 @@ class InjectionDetector:
             if config.classifier_threshold is not None
             else default_threshold
         )
+        # Window -> probability (a window's score is a function of its text alone).
+        self._probabilities: TextCache[float] = TextCache(entries=1024)
 
     @property
     def config(self) -> InjectionConfig:
@@ -274,9 +277,24 @@ class InjectionDetector:
         ]
 
     def _classify(self, windows: list[str], embed_along: Sequence[str]) -> list[float]:
+        """The classifier's probability per window; a window scored before (a long system
+        message every request repeats) is not scored again."""
         if self._embed is None or self._classifier is None:
             raise RuntimeError("classifier called without an embedder")
-        return self._classifier.classify(windows, self._embed, self._threshold, embed_along)
+        scores: dict[str, float] = {}
+        new: list[str] = []
+        for window in windows:
+            cached = self._probabilities.get(window)
+            if cached is None:
+                new.append(window)
+            else:
+                scores[window] = cached
+        if new:
+            scored = self._classifier.classify(new, self._embed, self._threshold, embed_along)
+            for window, p in zip(new, scored, strict=True):
+                self._probabilities.put(window, p)
+                scores[window] = p
+        return [scores[w] for w in windows]
 
 
 # A quoted span: opening quote not preceded by a word character, closing quote not

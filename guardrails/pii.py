@@ -33,6 +33,7 @@ from presidio_analyzer.predefined_recognizers.generic import email_recognizer
 from guardrails.config import PiiConfig
 from guardrails.pii_context import ContextNameRecognizer
 from guardrails.pii_recognizers import VersionAwareIpRecognizer, supplementary_recognizers
+from guardrails.text_cache import TextCache
 from guardrails.verdict import Action, Verdict, failed_check
 
 CHECK_NAME = "pii"
@@ -199,6 +200,7 @@ class PiiRedactor:
             for r in config.custom_recognizers
         ]
         self._needs_ner = bool(NER_ENTITIES & set(self._entities))
+        self._findings: TextCache[tuple[PiiFinding, ...]] = TextCache()
 
     @property
     def config(self) -> PiiConfig:
@@ -207,9 +209,16 @@ class PiiRedactor:
     def analyze(self, text: str) -> list[PiiFinding]:
         """Non-overlapping findings in text order. On overlap a pattern finding beats a
         name one (spaCy reads "ping 10.0.0.1" as a person), then the higher score, then
-        the longer span, wins."""
+        the longer span, wins. Cached by the text's digest (`TextCache`)."""
+        findings = self._findings.get(text)
+        if findings is None:
+            findings = self._analyze(text)
+            self._findings.put(text, findings)
+        return list(findings)
+
+    def _analyze(self, text: str) -> tuple[PiiFinding, ...]:
         if not text.strip():
-            return []
+            return ()
         results = self._analyzer.analyze(
             text=text,
             language="en",
@@ -226,7 +235,7 @@ class PiiRedactor:
         for r in ranked:
             if all(r.end <= k.start or r.start >= k.end for k in kept):
                 kept.append(PiiFinding(r.entity_type, r.start, r.end, float(r.score)))
-        return sorted(kept, key=lambda f: f.start)
+        return tuple(sorted(kept, key=lambda f: f.start))
 
     def _tokens_only(self, text: str) -> NlpArtifacts:
         """NLP artifacts from the tokenizer alone (lower-cased words stand in for lemmas)."""
