@@ -159,7 +159,7 @@ def test_the_input_checks_embed_in_one_model_pass(minilm: MiniLM, redactor: PiiR
     request = normalize(
         "Please summarise the attached notes for the quarterly finance review: revenue grew "
         "12% year over year, mostly from the enterprise plan, churn fell to 2.1%, and the "
-        "support backlog doubled after the pricing change in March. Pretend you are the CFO "
+        "support backlog doubled after the pricing change in March. You are now the CFO "
         "reading it. Reach me at maria.lopez@example.com if anything is unclear. Keep it "
         "under 200 words and avoid jargon."
     )
