@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import statistics
 import sys
@@ -44,8 +45,8 @@ CRANFIELD = Path("/work/shared/data/retrieval/cranfield/cran.all.1400")
 RUNS = 3
 STREAMS = 16
 NEW_TOKENS = 128
-SPECULATIVE_TOKENS = 8
-SYSTEM = "Answer from the source below. Quote its sentences word for word.\n\nSource:\n"
+SPECULATIVE_TOKENS = 4
+SYSTEM = "Answer from the source below, quoting it word for word.\n\nSource:\n"
 
 
 def cranfield_abstracts(count: int) -> list[str]:
@@ -56,16 +57,18 @@ def cranfield_abstracts(count: int) -> list[str]:
 
 
 def rag_chats() -> list[tuple[ChatMessage, ...]]:
-    """Questions over the sample corpus' sections and Cranfield abstracts."""
+    """Requests for quotes of the sample corpus' sections and of Cranfield abstracts, the
+    source in the system message as the gateway places retrieved text. SmolLM2-135M
+    paraphrases a source it is asked about; asked to repeat it, it copies."""
     chats: list[tuple[ChatMessage, ...]] = []
     for path in sorted(CORPUS.glob("*.md")):
         sections = re.split(r"\n(?=## )", path.read_text(encoding="utf-8"))[1:]
         for section in sections:
             heading = section.splitlines()[0].removeprefix("## ").strip()
-            question = f'What does the source say under "{heading}"? Quote it.'
+            question = f'Repeat what the source says under "{heading}" exactly.'
             chats.append((ChatMessage("system", SYSTEM + section), ChatMessage("user", question)))
     for abstract in cranfield_abstracts(STREAMS):
-        question = "What experiment or result does this abstract describe? Quote it."
+        question = "Repeat the abstract's first sentences exactly."
         chats.append((ChatMessage("system", SYSTEM + abstract), ChatMessage("user", question)))
     return chats
 
@@ -91,20 +94,23 @@ async def _timed(
     return time.perf_counter() - started, first[0], list(answers)
 
 
-def measure(
-    engine: PagedEngine, batches: list[list[list[int]]], params: SamplingParams, decode: bool
+def one_run(
+    engine: PagedEngine, prompts: list[list[int]], params: SamplingParams, concurrent: bool
 ) -> tuple[float, list[list[int]]]:
-    """Median tok/s over `batches` (one run each), and every answer: generated tokens over
-    the whole run, or with `decode` (one stream) after the first token, as
-    bench/engine.py counts a decode rate."""
-    rates, answers = [], []
-    for prompts in batches:
-        engine.call(lambda core: core.blocks.reset_prefix_cache())
-        seconds, ttft, outs = asyncio.run(_timed(engine, prompts, params))
-        tokens = sum(len(o) for o in outs)
-        rates.append((tokens - 1) / (seconds - ttft) if decode else tokens / seconds)
-        answers.append(outs)
-    return statistics.median(rates), [a for outs in answers for a in outs]
+    """Tok/s of one run, and its answers. A concurrent run submits its prompts at once and
+    counts every generated token over the whole run; a one-stream run sends them one after
+    the other and counts a decode rate, each answer's first token (its prefill) left out,
+    as bench/engine.py does."""
+    engine.call(lambda core: core.blocks.reset_prefix_cache())
+    if concurrent:
+        seconds, _, outs = asyncio.run(_timed(engine, prompts, params))
+        return sum(len(o) for o in outs) / seconds, outs
+    decoding, outs = 0.0, []
+    for prompt in prompts:
+        seconds, ttft, (answer,) = asyncio.run(_timed(engine, [prompt], params))
+        decoding += seconds - ttft
+        outs.append(answer)
+    return sum(len(o) - 1 for o in outs) / decoding, outs
 
 
 def copied_share(prompt: list[int], answer: list[int], n: int = 4) -> float:
@@ -116,36 +122,48 @@ def copied_share(prompt: list[int], answer: list[int], n: int = 4) -> float:
     return hits / max(1, len(answer))
 
 
-def run(write: bool) -> str:
+def run(write: bool, draft_tokens: int) -> str:
     source = default_model_source()
     hf, tokenizer = load_pretrained(source, torch.float32)
     base = EngineConfig(weights="auto")
-    configs = {"off": base, "on": replace(base, speculative_tokens=SPECULATIVE_TOKENS)}
+    configs = {"off": base, "on": replace(base, speculative_tokens=draft_tokens)}
     chats = rag_chats()
     prompts = [encode_chat(tokenizer, chat) for chat in chats]
     params = SamplingParams(max_tokens=NEW_TOKENS)
-    singles = [[p] for p in prompts[:RUNS]]
+    singles = [prompts[r::RUNS] for r in range(RUNS)]
     groups = [
         [prompts[(r * STREAMS + i) % len(prompts)] for i in range(STREAMS)] for r in range(RUNS)
     ]
-    figures: dict[str, dict[str, float]] = {}
-    answers: dict[str, list[list[int]]] = {}
-    weights = ""
-    for name, config in configs.items():
-        engine = PagedEngine.from_hf_model(hf, tokenizer, source.model_id, "cpu", config=config)
-        weights = resolve_engine_config(config, "cpu").weights
+    engines = {
+        name: PagedEngine.from_hf_model(hf, tokenizer, source.model_id, "cpu", config=config)
+        for name, config in configs.items()
+    }
+    rates: dict[str, dict[str, list[float]]] = {name: {"one": [], "many": []} for name in engines}
+    answers: dict[str, list[list[int]]] = {name: [] for name in engines}
+    shares: list[float] = []  # how much of each one-stream answer quotes its prompt
+    for engine in engines.values():
         engine.generate([prompts[0][:64]], SamplingParams(max_tokens=4, ignore_eos=True))
-        one, one_answers = measure(engine, singles, params, decode=True)
-        many, many_answers = measure(engine, groups, params, decode=False)
+    # The two engines take turns, in alternating order, so that a change in the machine's
+    # load falls on both.
+    for r in range(RUNS):
+        for scenario, runs, concurrent in (("one", singles, False), ("many", groups, True)):
+            for name in sorted(engines, reverse=r % 2 == 1):
+                rate, outs = one_run(engines[name], runs[r], params, concurrent)
+                rates[name][scenario].append(rate)
+                answers[name] += outs
+                if scenario == "one" and name == "off":
+                    shares += [copied_share(p, a) for p, a in zip(runs[r], outs, strict=True)]
+                print(name, scenario, f"{rate:.1f} tok/s", flush=True)
+    for engine in engines.values():
         engine.close()
-        figures[name] = {"one": one, "many": many}
-        answers[name] = one_answers + many_answers
-        print(name, figures[name], flush=True)
+    figures = {
+        name: {scenario: statistics.median(values) for scenario, values in by_scenario.items()}
+        for name, by_scenario in rates.items()
+    }
+    weights = resolve_engine_config(base, "cpu").weights
     same = sum(a == b for a, b in zip(answers["on"], answers["off"], strict=True))
-    quoted = statistics.mean(
-        copied_share(p, a) for p, a in zip(prompts[:RUNS], answers["off"][:RUNS], strict=True)
-    )
-    section = render(figures, weights, quoted, len(prompts), same, len(answers["on"]))
+    quoted = statistics.mean(shares)
+    section = render(figures, weights, draft_tokens, quoted, len(prompts), same, len(answers["on"]))
     print(section)
     if write:
         write_section("speculative", section)
@@ -155,6 +173,7 @@ def run(write: bool) -> str:
 def render(
     figures: dict[str, dict[str, Any]],
     weights: str,
+    draft_tokens: int,
     quoted: float,
     chats: int,
     same: int,
@@ -165,19 +184,25 @@ def render(
         ("1 stream: decode tok/s (after the first token)", on["one"], off["one"], ">= 1.8x"),
         (f"{STREAMS} streams: total tok/s", on["many"], off["many"], ">= 0.95x"),
     ]
+    command = "flock /tmp/bench.lock .venv/bin/python bench/speculative.py"
+    if draft_tokens != SPECULATIVE_TOKENS:
+        command += f" --draft-tokens {draft_tokens}"
     lines = [
         "## Speculative decoding on RAG answers",
         "",
-        "`flock /tmp/bench.lock .venv/bin/python bench/speculative.py`: SmolLM2-135M-Instruct, "
-        f"{weights} weights, greedy, up to {NEW_TOKENS} new tokens, prompt-lookup drafts of up "
-        f"to {SPECULATIVE_TOKENS} tokens (`EngineConfig(speculative_tokens="
-        f"{SPECULATIVE_TOKENS})`) against the same engine without them, in the same run. "
-        f"{chats} questions over docs/sample-corpus/ sections and Cranfield abstracts, the "
-        "source in the system message; median of "
-        f"{RUNS} runs. {same} of {answers} answers are token for token the same with and "
-        "without speculation (a prompt's prefill chunks can fall differently in a batch, "
-        "which moves near-tied greedy choices by rounding); "
-        f"{quoted:.0%} of the one-stream answers' tokens end a 4-gram of their prompt.",
+        f"`{command}` (load average {os.getloadavg()[0]:.1f} at the end): "
+        f"SmolLM2-135M-Instruct, {weights} weights, greedy, up to {NEW_TOKENS} new tokens; "
+        f"prompt-lookup drafts of up to {draft_tokens} tokens "
+        f"(`EngineConfig(speculative_tokens={draft_tokens})`) against the same engine without "
+        f"them, in the same run. {chats} requests to repeat a docs/sample-corpus/ section or "
+        "a Cranfield abstract, the source in the system message (SmolLM2-135M paraphrases a "
+        "source it is merely asked about); one stream takes each of them in one of the "
+        f"{RUNS} runs, 16 streams take 16 at once; the median run is quoted. "
+        f"{quoted:.0%} of the one-stream answers' tokens end a 4-gram of their prompt. "
+        f"{same} of {answers} answers are token for token the same with and without "
+        "speculation: one stream's always are (tests/engine/test_speculative.py), while in a "
+        "batch a prompt's prefill chunks fall where the step's budget leaves them, which can "
+        "move a near-tied greedy choice by rounding.",
         "",
         "| scenario | speculation on | off | ratio | goal |",
         "| --- | --- | --- | --- | --- |",
@@ -192,8 +217,11 @@ def render(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-write", action="store_true", help="do not touch the docs")
+    parser.add_argument(
+        "--draft-tokens", type=int, default=SPECULATIVE_TOKENS, help="the longest draft"
+    )
     args = parser.parse_args()
-    run(write=not args.no_write)
+    run(write=not args.no_write, draft_tokens=args.draft_tokens)
 
 
 if __name__ == "__main__":

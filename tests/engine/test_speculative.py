@@ -128,7 +128,9 @@ def test_greedy_is_unchanged_alone_and_batched(tiny_model: LlamaForCausalLM) -> 
         oracle = with_oracles(alone, prompts[2:3], expected[2:3])[0]
         assert run_core(alone)["0"] == expected[2]
         assert oracle.accepted > len(expected[2]) // 2  # most tokens came from drafts
-        batched = make_core(tiny_model, weights=weights, speculative_tokens=8)
+        batched = make_core(
+            tiny_model, weights=weights, speculative_tokens=8, speculative_max_batch=8
+        )
         oracles = with_oracles(batched, prompts, expected)
         out = run_core(batched)
         assert [out[str(i)] for i in range(len(prompts))] == expected
@@ -171,10 +173,17 @@ def test_greedy_is_unchanged_with_a_warm_prefix_cache(tiny_model: LlamaForCausal
 def test_greedy_is_unchanged_after_preemption(tiny_model: LlamaForCausalLM) -> None:
     prompts = [random_prompt(30 + 7 * i, seed=40 + i) for i in range(4)]
     expected = reference(tiny_model, prompts)
-    core = make_core(tiny_model, speculative_tokens=8, num_kv_blocks=12, max_batched_tokens=64)
-    with_oracles(core, prompts, expected)
+    core = make_core(
+        tiny_model,
+        speculative_tokens=8,
+        speculative_max_batch=8,
+        num_kv_blocks=12,
+        max_batched_tokens=64,
+    )
+    oracles = with_oracles(core, prompts, expected)
     out = run_core(core)
     assert core.scheduler.num_preemptions > 0
+    assert all(o.accepted > 0 for o in oracles)
     assert [out[str(i)] for i in range(len(prompts))] == expected
     assert_no_block_held(core)
 
