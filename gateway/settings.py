@@ -55,6 +55,13 @@ class Settings(BaseSettings):
         description="Intra-op threads of the engine on CPU; default: every core. Fewer leave "
         "cores to other processes on a shared machine.",
     )
+    speculative_tokens: int | None = Field(
+        default=None,
+        ge=0,
+        description="Longest prompt-lookup draft the engine verifies in one step "
+        "(speculative decoding, engine/speculative.py); 0 turns it off; default: the "
+        "engine's. Policies can turn it off per tenant (`model.speculative_decoding`).",
+    )
     native_decode: bool = Field(
         default=True,
         description="Decode steps of int8 weights in one native call, built with the C "

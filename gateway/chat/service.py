@@ -175,7 +175,9 @@ class ChatService:
             shape.instruction,
         )
         self._record_prompt(entry, body.messages, screened.texts, chunks)
-        generation = self._generation(body, entry, messages, max_tokens, shape)
+        generation = self._generation(
+            body, entry, messages, max_tokens, shape, policy.model.speculative_decoding
+        )
         self._check_context(generation.messages, max_tokens)
         return PreparedChat(
             completion_id=f"chatcmpl-{uuid.uuid4().hex}",
@@ -273,6 +275,7 @@ class ChatService:
         messages: list[ChatMessage],
         max_tokens: int,
         shape: OutputShape,
+        speculative: bool,
     ) -> GenerationRequest:
         sampling = SamplingParams(
             max_tokens=max_tokens,
@@ -286,6 +289,7 @@ class ChatService:
             logprobs=body.logprobs,
             top_logprobs=body.top_logprobs or 0,
             constraint=shape.constraint,
+            speculative=speculative,
         )
         return GenerationRequest(
             request_id=entry.request_id,

@@ -138,7 +138,9 @@ class CompletionService:
             created=int(time.time()),
             model=engine.model_id,
             entry=entry,
-            choices=self._choices(body, entry, screened, max_tokens),
+            choices=self._choices(
+                body, entry, screened, max_tokens, policy.model.speculative_decoding
+            ),
             n=body.n,
             logprobs=body.logprobs,
             echo=body.echo,
@@ -182,6 +184,7 @@ class CompletionService:
         entry: AuditEntry,
         screened: list[tuple[str, dict[str, str]]],
         max_tokens: int,
+        speculative: bool,
     ) -> list[Choice]:
         """`n` generations per prompt, indexed as OpenAI indexes them (prompt by prompt).
         A seed is offset per choice, so that seeded choices differ yet repeat."""
@@ -200,6 +203,7 @@ class CompletionService:
                     logprobs=body.logprobs is not None,
                     top_logprobs=body.logprobs or 0,
                     logit_bias=body.token_bias,
+                    speculative=speculative,
                 )
                 generation = GenerationRequest(
                     request_id=entry.request_id,

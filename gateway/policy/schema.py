@@ -49,6 +49,13 @@ class ModelLimits(_Strict):
     allowed_tools: list[str] | None = Field(
         default=None, description="Tool names a request may declare; null allows any."
     )
+    speculative_decoding: bool = Field(
+        default=True,
+        description="Let the engine verify drafts of the answer taken from the prompt "
+        "(prompt-lookup speculative decoding): the same tokens, sooner, on answers that "
+        "quote their sources. Takes effect where the engine has it on "
+        "(`BASTION_SPECULATIVE_TOKENS`).",
+    )
 
     @model_validator(mode="after")
     def _temperature_range(self) -> ModelLimits:

@@ -12,7 +12,14 @@ import pytest
 from openai import OpenAI
 from sqlalchemy import select
 
-from engine import ChatMessage, EngineMetrics, GenerationRequest, PagedEngine, TokenDelta
+from engine import (
+    ChatMessage,
+    EngineMetrics,
+    GenerationRequest,
+    PagedEngine,
+    SamplingParams,
+    TokenDelta,
+)
 from gateway.audit.subject_keys import TextOpener
 from gateway.db.models import AuditRecord
 from gateway.keys.store import create_key
@@ -29,6 +36,7 @@ class RecordingEngine:
         self._inner = inner
         self.received: dict[str, tuple[ChatMessage, ...]] = {}
         self.prompts: dict[str, str] = {}  # raw-text prompts (`/v1/completions`)
+        self.sampling: dict[str, SamplingParams] = {}
 
     @property
     def model_id(self) -> str:
@@ -50,6 +58,7 @@ class RecordingEngine:
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[TokenDelta]:
         self.received[request.request_id] = request.messages
+        self.sampling[request.request_id] = request.sampling
         if request.prompt is not None:
             self.prompts[request.request_id] = request.prompt
         async for delta in self._inner.stream(request):
