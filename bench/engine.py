@@ -4,6 +4,9 @@
     .venv/bin/python bench/engine.py --quick    # smaller sizes, for a smoke test
     .venv/bin/python bench/engine.py --no-write # print only
 
+A full run ends with bench/speculative.py (speculative decoding on RAG answers), which
+writes a section of its own.
+
 Both sides use the same weights and the same number of intra-op threads: the engine's
 serving default on this CPU (every core), and one thread in the rows that say so.
 Figures on shared machines are noisy: compare the ratios.
@@ -37,6 +40,7 @@ from model_fidelity import (
     greedy_answers,
     hf_perplexity,
 )
+from speculative import run as run_speculative
 from workloads import prompt_ids
 
 from engine import EngineConfig, PagedEngine, SamplingParams, default_model_source
@@ -480,6 +484,9 @@ def main() -> None:
     if not args.no_write:
         write_section("engine", section.rstrip("\n"))
         print("wrote the engine section of docs/benchmarks.md")
+    if not quick:
+        # 8. Speculative decoding on RAG answers, in a section of its own.
+        run_speculative(write=not args.no_write)
 
 
 def cpu_name() -> str:

@@ -122,7 +122,8 @@ def copied_share(prompt: list[int], answer: list[int], n: int = 4) -> float:
     return hits / max(1, len(answer))
 
 
-def run(write: bool, draft_tokens: int) -> str:
+def run(write: bool, draft_tokens: int = SPECULATIVE_TOKENS) -> str:
+    """Measure, print and (with `write`) record the section; returns its text."""
     source = default_model_source()
     hf, tokenizer = load_pretrained(source, torch.float32)
     base = EngineConfig(weights="auto")

@@ -1,7 +1,8 @@
 """Continuous batching: which sequences run this step, and how many tokens each.
 
-Every step spends a token budget: running decodes first (one token each), then prefill
-chunks of running sequences, then newly admitted ones, first come first served. A request
+Every step spends a token budget: running decodes first (one token each, plus a
+speculative draft's tokens where the batch is small enough, engine/speculative.py), then
+prefill chunks of running sequences, then newly admitted ones, first come first served. A request
 whose next prompt block is being computed by a running request waits for it and then reuses
 it, instead of computing the same prefix again. When a decode needs a block and none is
 left, the newest running sequence is preempted: its blocks are freed and it is recomputed
@@ -20,7 +21,8 @@ from engine.sequence import Sequence, SequenceStatus
 
 @dataclass(slots=True)
 class ScheduledBatch:
-    """The work of one step: (sequence, number of new tokens), one-token entries first."""
+    """The work of one step: (sequence, number of new tokens), decodes first; a decode with
+    a draft (`Sequence.draft`) counts its last token and the draft's."""
 
     entries: list[tuple[Sequence, int]] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)

@@ -21,8 +21,10 @@ from engine.sampling import apply_logit_bias, apply_penalties, probabilities, to
 from engine.types import SamplingParams, TokenLogprob
 
 # Suffix lengths tried, longest first: a longer match predicts the continuation better.
+# One-token matches are not tried: on RAG answers (bench/speculative.py) 37% of their draft
+# tokens were rejected against 25% without them, for no more tokens a second.
 MAX_NGRAM = 4
-MIN_NGRAM = 1
+MIN_NGRAM = 2
 FIRST_DRAFT_TOKENS = 4
 # A sequence whose drafts keep failing stops drafting for a while, longer each time.
 _MISSES_BEFORE_PAUSE = 2
