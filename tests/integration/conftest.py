@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -101,6 +102,22 @@ class LiveServer:
             return list(
                 session.scalars(select(AuditRecord).where(AuditRecord.request_id == request_id))
             )
+
+
+@contextmanager
+def tenant_client(live_server: LiveServer, name: str, policy: str) -> Iterator[OpenAI]:
+    """The `openai` client of a user key of tenant `name`, whose policy file (`policy`, the
+    YAML text) is in the policy folder until the block ends."""
+    path = live_server.settings.policy_dir / f"{name}.yaml"
+    path.write_text(policy)
+    try:
+        wait_for_policy(live_server.services.policies, name)
+        secret, _ = create_key(live_server.services.sessions, name, "user")
+        yield OpenAI(
+            base_url=f"{live_server.base_url}/v1", api_key=secret, max_retries=0, timeout=120
+        )
+    finally:
+        path.unlink()
 
 
 def wait_for_policy(registry: PolicyRegistry, tenant: str) -> None:

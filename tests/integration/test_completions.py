@@ -14,8 +14,7 @@ import pytest
 from openai import OpenAI
 from openai.types import Completion
 
-from gateway.keys.store import create_key
-from tests.integration.conftest import LiveServer, wait_for_policy
+from tests.integration.conftest import LiveServer, tenant_client
 
 PROMPT = "The three primary colours are"
 
@@ -325,19 +324,12 @@ WRITES_THE_ADDRESS = f"Jane's email address is {ADDRESS}. To reach Jane, write t
 def email_client(live_server: LiveServer) -> Iterator[OpenAI]:
     """A client of a fresh tenant whose policy lets email addresses in, not out."""
     name = f"completions-{uuid.uuid4().hex[:8]}"
-    path = live_server.settings.policy_dir / f"{name}.yaml"
-    path.write_text(
+    policy = (
         f"name: {name}\nextends: default\napplies_to:\n  tenants: [{name}]\n"
         "input:\n  pii:\n    actions: {EMAIL_ADDRESS: allow}\n"
     )
-    try:
-        wait_for_policy(live_server.services.policies, name)
-        secret, _ = create_key(live_server.services.sessions, name, "user")
-        yield OpenAI(
-            base_url=f"{live_server.base_url}/v1", api_key=secret, max_retries=0, timeout=120
-        )
-    finally:
-        path.unlink()
+    with tenant_client(live_server, name, policy) as client:
+        yield client
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])

@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
-from gateway.keys.store import create_key
-from tests.integration.conftest import LiveServer, wait_for_policy
+from tests.integration.conftest import LiveServer, tenant_client
 
 ADDRESS = "jane.doe@example.com"
 QUESTION = f"Correct the spelling: Plese contakt {ADDRESS} for help."
@@ -37,16 +36,8 @@ def client(live_server: LiveServer) -> Iterator[OpenAI]:
         .replace("retrieval:\n  enabled: true", "retrieval:\n  enabled: false")
     )
     assert "EMAIL_ADDRESS: allow" in policy and "enabled: false\n  collections" in policy
-    path = live_server.settings.policy_dir / f"{name}.yaml"
-    path.write_text(policy)
-    try:
-        wait_for_policy(live_server.services.policies, name)
-        secret, _ = create_key(live_server.services.sessions, name, "user")
-        yield OpenAI(
-            base_url=f"{live_server.base_url}/v1", api_key=secret, max_retries=0, timeout=120
-        )
-    finally:
-        path.unlink()
+    with tenant_client(live_server, name, policy) as client:
+        yield client
 
 
 def _output_pii_verdict(live_server: LiveServer, request_id: str) -> dict[str, Any]:

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import yaml
 from openai import OpenAI
 
-from gateway.keys.store import create_key
-from tests.integration.conftest import LiveServer, wait_for_policy
+from tests.integration.conftest import LiveServer, tenant_client
 
 pytestmark = pytest.mark.slow
 
@@ -40,16 +38,8 @@ def client(live_server: LiveServer) -> Iterator[OpenAI]:
     policy["name"], policy["applies_to"] = name, {"tenants": [name]}
     policy["input"]["pii"]["actions"] = {"EMAIL_ADDRESS": "allow", "PHONE_NUMBER": "allow"}
     policy["retrieval"]["enabled"] = False
-    path: Path = live_server.settings.policy_dir / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(policy))
-    try:
-        wait_for_policy(live_server.services.policies, name)
-        secret, _ = create_key(live_server.services.sessions, name, "user")
-        yield OpenAI(
-            base_url=f"{live_server.base_url}/v1", api_key=secret, max_retries=0, timeout=120
-        )
-    finally:
-        path.unlink()
+    with tenant_client(live_server, name, yaml.safe_dump(policy)) as client:
+        yield client
 
 
 def test_a_streamed_answer_never_shows_the_address(client: OpenAI, live_server: LiveServer) -> None:
