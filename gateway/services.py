@@ -60,9 +60,8 @@ def engine_config(settings: Settings) -> EngineConfig:
         num_threads=settings.engine_threads,
         native_decode=settings.native_decode,
         native_cache_dir=settings.native_cache_dir,
+        speculative_tokens=settings.speculative_tokens,
     )
-    if settings.speculative_tokens is not None:
-        config = replace(config, speculative_tokens=settings.speculative_tokens)
     if settings.kv_cache_mb is None:
         return config
     return replace(config, kv_cache_mb=settings.kv_cache_mb)

@@ -55,12 +55,14 @@ class Settings(BaseSettings):
         description="Intra-op threads of the engine on CPU; default: every core. Fewer leave "
         "cores to other processes on a shared machine.",
     )
-    speculative_tokens: int | None = Field(
-        default=None,
+    speculative_tokens: int = Field(
+        default=4,
         ge=0,
         description="Longest prompt-lookup draft the engine verifies in one step "
-        "(speculative decoding, engine/speculative.py); 0 turns it off; default: the "
-        "engine's. Policies can turn it off per tenant (`model.speculative_decoding`).",
+        "(speculative decoding, engine/speculative.py; it drafts only while at most two "
+        "answers run, where verifying costs little more than a decode step: 1.5x one "
+        "stream on RAG answers in docs/benchmarks.md); 0 turns it off. Policies can turn "
+        "it off per tenant (`model.speculative_decoding`).",
     )
     native_decode: bool = Field(
         default=True,

@@ -76,3 +76,14 @@ def test_zero_threads_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("BASTION_ENGINE_THREADS", "0")
     with pytest.raises(ValidationError, match="engine_threads"):
         Settings()
+
+
+def test_speculation_is_on_by_default_and_can_be_turned_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert engine_config(Settings()).speculative_tokens == 4
+    monkeypatch.setenv("BASTION_SPECULATIVE_TOKENS", "0")
+    assert engine_config(Settings()).speculative_tokens == 0
+    monkeypatch.setenv("BASTION_SPECULATIVE_TOKENS", "-1")
+    with pytest.raises(ValidationError):
+        Settings()
