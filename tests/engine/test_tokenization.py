@@ -12,7 +12,7 @@ from engine.tokenization import ChatEncoder, encode_chat, prompt_token_bound
 TEXTS = (
     "How many vacation days do I get?",
     "Réunion jeudi à 14 h : numéros 0612345678, 1 2 3 4 5 6 7 8 9 0.",
-    "数据中心的温度是多少？ 🚀🚀🚀 ẞtraße naïve café",
+    "数据中心的温度是多少\uff1f 🚀🚀🚀 ẞtraße naïve café",
     "    indented\n\n\tcode = [x ** 2 for x in range(10)]  # comment",
     "",
     "a" * 3000,
