@@ -124,7 +124,8 @@ class TokenDelta:
 
     `logprobs` holds one entry per token behind this delta when the request asked for them.
     `cached_prompt_tokens` counts the prompt tokens whose K/V came from the prefix cache
-    (0 from an engine without one).
+    (0 from an engine without one). `served_by` names the server that produced the
+    answer, on the last delta of an upstream engine's stream (a base URL; "" in-process).
     """
 
     text: str
@@ -133,6 +134,7 @@ class TokenDelta:
     finish_reason: FinishReason | None = None
     logprobs: tuple[TextLogprob, ...] = ()
     cached_prompt_tokens: int = 0
+    served_by: str = ""
 
 
 class EngineError(Exception):
@@ -167,3 +169,22 @@ class ContextLengthExceeded(EngineError):
             f"{max_tokens} in the completion). Please reduce the length of the messages or "
             "max_tokens."
         )
+
+
+UpstreamStatus = Literal[502, 503, 504]
+
+
+class UpstreamUnavailable(EngineError):
+    """No upstream server could answer: refused, failed, timed out or circuit open.
+
+    `status` is the HTTP status the client gets (502 bad gateway, 503 unavailable, 504
+    timeout); `upstream` names the server last tried (a base URL, never a key).
+    """
+
+    def __init__(
+        self, message: str, *, status: UpstreamStatus, upstream: str, retry_after_s: float = 1.0
+    ) -> None:
+        self.status = status
+        self.upstream = upstream
+        self.retry_after_s = retry_after_s
+        super().__init__(message)

@@ -1,0 +1,1 @@
+"""An engine that forwards to OpenAI-compatible servers: vLLM, SGLang, NIM, TGI, llama.cpp."""
