@@ -12,6 +12,8 @@ test: install-dev  ## install the dev dependencies, then run every check CI runs
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	# The upstream-engine tests run against llama.cpp's server: built once, cached outside the repo.
+	PIP=$(BIN)/pip bash scripts/build_llama_server.sh
 	$(BIN)/pytest
 
 install: $(VENV)/.installed
