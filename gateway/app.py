@@ -19,6 +19,7 @@ from gateway.documents.routes import DOCUMENT_ROUTER
 from gateway.embeddings.routes import EMBEDDINGS_ROUTER
 from gateway.guardrails_check.routes import GUARDRAILS_CHECK_ROUTER
 from gateway.http.auth import DEPENDENCIES
+from gateway.http.drain import Drain, refuse_while_draining
 from gateway.http.exception_handlers import EXCEPTION_HANDLERS
 from gateway.http.metrics import GatewayMetrics, count_response, metrics_endpoint
 from gateway.http.openapi_docs import COMPONENTS
@@ -68,10 +69,18 @@ def create_app(settings: Settings, services: Services | None = None) -> Litestar
             DOCUMENT_ROUTER,
         ],
         dependencies=DEPENDENCIES,
-        # Outermost first: the log context, then the header limit, before any guard runs.
-        middleware=[bind_log_context, refuse_large_headers],
+        # Outermost first: the log context, the drain's gate, then the header limit, before
+        # any guard runs.
+        middleware=[bind_log_context, refuse_while_draining, refuse_large_headers],
         lifespan=[lifespan],
-        state=State({"services": services, "load_error": None, "metrics": GatewayMetrics()}),
+        state=State(
+            {
+                "services": services,
+                "load_error": None,
+                "metrics": GatewayMetrics(),
+                "drain": Drain(),
+            }
+        ),
         exception_handlers=EXCEPTION_HANDLERS,
         before_send=[add_request_id_header, count_response],
         openapi_config=OpenAPIConfig(title="Bastion", version="0.1.0", components=COMPONENTS),

@@ -79,6 +79,13 @@ class Settings(BaseSettings):
         description="Signs audit checkpoints; set it on every replica and keep a copy with "
         "the checkpoints' verifier. Default: a key file made once in the data folder.",
     )
+    drain_seconds: float = Field(
+        default=50.0,
+        ge=0,
+        description="On SIGTERM, how long answers in flight may take to finish while new "
+        "requests are refused with 503 and /readyz says 503; keep it below the pod's "
+        "terminationGracePeriodSeconds (60 in deploy/).",
+    )
     log_json: bool = Field(default=False, description="Log JSON lines instead of key=value.")
     sample_corpus: Path | None = REPO_ROOT / "docs" / "sample-corpus"
     default_tenant: str = "default"

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 from gateway.commands._common import add_data_dir
 from gateway.settings import Settings
+
+STARTUP_FAILURE = 3  # what `uvicorn.run` exits with when the server cannot start
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -20,6 +23,7 @@ def run(settings: Settings, _: argparse.Namespace) -> int:
     import uvicorn
 
     from gateway.app import create_app
+    from gateway.http.draining_server import DrainingServer
     from gateway.keys.bootstrap import ensure_default_key
     from gateway.services import open_database
 
@@ -29,5 +33,9 @@ def run(settings: Settings, _: argparse.Namespace) -> int:
     print(f"Bastion is starting on {url}  (OpenAI base URL: {url}/v1)", flush=True)
     print(f"API key for tenant '{settings.default_tenant}': {key}", flush=True)
     print(f"Readiness: {url}/readyz turns 200 once the models are loaded.", flush=True)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_config=None)
-    return 0
+    app = create_app(settings)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None)
+    server = DrainingServer(config, app.state.drain, settings.drain_seconds)
+    with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl+C, re-raised by uvicorn
+        server.run()
+    return 0 if server.started else STARTUP_FAILURE

@@ -8,6 +8,7 @@ from typing import Any
 from litestar import Request, Response, get
 
 from gateway.db.connection import database_reachable
+from gateway.http.drain import Drain
 from gateway.services import Services
 
 
@@ -18,7 +19,12 @@ def healthz() -> dict[str, str]:
 
 @get("/readyz")
 async def readyz(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
-    """Ready when the models are loaded and the database answers (so answers can be audited)."""
+    """Ready when the models are loaded and the database answers (so answers can be audited);
+    not ready from the moment a drain begins, so that the replica leaves rotation."""
+    drain: Drain = request.app.state.drain
+    if drain.draining:
+        body = {"status": "draining", "in_flight": drain.in_flight}
+        return Response(body, status_code=503)
     services: Services | None = request.app.state.get("services")
     failure: str | None = request.app.state.get("load_error")
     if services is None:

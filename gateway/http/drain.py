@@ -1,0 +1,88 @@
+"""Graceful drain: once the process is told to stop, it refuses new requests with 503 and
+counts the ones it still serves, so that it can exit when they are done.
+
+`DrainingServer` (gateway/http/draining_server.py) starts the drain on SIGTERM and stops
+uvicorn when `Drain.idle` or the grace period says so; `/readyz` reads `Drain.draining`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from litestar import Litestar
+from litestar.enums import ScopeType
+from litestar.types import ASGIApp, Receive, Scope, Send
+
+from gateway.audit.entries import refusal_entry
+from gateway.http.errors import ApiError
+from gateway.services import Services
+
+# Still answered while draining: the probes say why, and metrics stay scrapeable.
+ALWAYS_ANSWERED = frozenset({"/healthz", "/readyz", "/metrics"})
+
+
+class Drain:
+    """Whether the process is draining, since when, and how many requests it serves."""
+
+    def __init__(self) -> None:
+        self.started_at: float | None = None
+        self.in_flight = 0
+
+    @property
+    def draining(self) -> bool:
+        return self.started_at is not None
+
+    def begin(self) -> None:
+        """Start draining; safe to call from a signal handler (it only sets a field)."""
+        if self.started_at is None:
+            self.started_at = time.monotonic()
+
+    def seconds(self) -> float:
+        """How long the drain has run; 0 before it starts."""
+        return 0.0 if self.started_at is None else time.monotonic() - self.started_at
+
+    @property
+    def idle(self) -> bool:
+        return self.in_flight == 0
+
+
+def shutting_down() -> ApiError:
+    """A request that arrived after the drain began; another replica can serve it."""
+    return ApiError(
+        503,
+        "This Bastion replica is shutting down and takes no new requests; retry, another "
+        "replica will serve it.",
+        type="server_error",
+        code="shutting_down",
+        headers={"retry-after": "1", "connection": "close"},
+    )
+
+
+def refuse_while_draining(app: ASGIApp) -> ASGIApp:
+    """Middleware, before any guard: count the requests being served, and once the drain
+    has begun refuse new ones with 503 `shutting_down` (each with one audit record)."""
+
+    async def gated(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != ScopeType.HTTP or scope["path"] in ALWAYS_ANSWERED:
+            await app(scope, receive, send)
+            return
+        drain: Drain = Litestar.from_scope(scope).state.drain
+        if drain.draining:
+            await _refuse(scope)
+        drain.in_flight += 1
+        try:
+            await app(scope, receive, send)
+        finally:
+            drain.in_flight -= 1
+
+    return gated
+
+
+async def _refuse(scope: Scope) -> None:
+    error = shutting_down()
+    services: Services | None = Litestar.from_scope(scope).state.get("services")
+    if services is not None:
+        entry = refusal_entry(scope, "request.rejected", "rejected", error)
+        await asyncio.to_thread(services.audit.record, entry)
+    raise error
