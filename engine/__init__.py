@@ -10,6 +10,7 @@ from engine.model_source import (
     default_model_source,
     model_source_from_path,
 )
+from engine.native_library import load_library as load_native_library
 from engine.paged_engine import PagedEngine
 from engine.reference_engine import TransformersEngine
 from engine.types import (
@@ -53,6 +54,7 @@ __all__ = [
     "TransformersEngine",
     "WeightChoice",
     "default_model_source",
+    "load_native_library",
     "model_source_from_path",
     "resolve_engine_config",
 ]
