@@ -37,6 +37,7 @@ class StepOutput:
     num_output_tokens: int
     finish_reason: FinishReason | None = None
     num_cached_prompt_tokens: int = 0
+    prefill_s: float | None = None  # from admission to the first token (Sequence.prefill_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +171,8 @@ class EngineCore:
         for (seq, num_new), results in zip(batch.entries, sampled, strict=True):
             kept = 0
             for token, logprob in results or ():
+                if seq.prefill_s is None and seq.admitted_at is not None:
+                    seq.prefill_s = time.monotonic() - seq.admitted_at
                 finish = self._take(seq, token)
                 kept += finish != "stop"
                 outputs.append(self._output(seq, token, logprob, finish))
@@ -220,6 +223,7 @@ class EngineCore:
             seq.num_output_tokens,
             finish,
             seq.num_cached_prompt_tokens,
+            seq.prefill_s,
         )
 
     def fail_all(self) -> list[str]:

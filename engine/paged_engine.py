@@ -222,6 +222,7 @@ class PagedEngine:
                             "stop",
                             tuple(pending),
                             out.num_cached_prompt_tokens,
+                            prefill_s=out.prefill_s,
                         )
                         return
                 if out.finish_reason is not None:
@@ -234,6 +235,7 @@ class PagedEngine:
                         out.finish_reason,
                         tuple(pending),
                         out.num_cached_prompt_tokens,
+                        prefill_s=out.prefill_s,
                     )
                     pending = []
         finally:

@@ -11,6 +11,7 @@ later (its computed blocks usually survive in the prefix cache).
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -102,6 +103,8 @@ class Scheduler:
             self.waiting.popleft()
             self.blocks.allocate(seq, cached)
             seq.status = SequenceStatus.RUNNING
+            if seq.admitted_at is None:
+                seq.admitted_at = time.monotonic()
             self.running.append(seq)
             pending.update(seq.block_hashes[len(cached) :])
             chunk = min(seq.num_tokens - seq.num_computed_tokens, budget)

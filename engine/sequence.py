@@ -47,6 +47,10 @@ class Sequence:
     grammar: GrammarState | None = None
     drafter: Drafter | None = None
     draft: list[int] = field(default_factory=list)
+    # Tracing's split of the wait for the first token: when the scheduler first admitted
+    # it (time.monotonic()), and the seconds from then to its first token.
+    admitted_at: float | None = None
+    prefill_s: float | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -126,6 +126,9 @@ class TokenDelta:
     `cached_prompt_tokens` counts the prompt tokens whose K/V came from the prefix cache
     (0 from an engine without one). `served_by` names the server that produced the
     answer, on the last delta of an upstream engine's stream (a base URL; "" in-process).
+    `prefill_s` is the time from the engine's scheduler admitting the request to its first
+    token, so that tracing can tell the queue from the prefill (None where unknown: an
+    upstream engine).
     """
 
     text: str
@@ -135,6 +138,7 @@ class TokenDelta:
     logprobs: tuple[TextLogprob, ...] = ()
     cached_prompt_tokens: int = 0
     served_by: str = ""
+    prefill_s: float | None = None
 
 
 class EngineError(Exception):

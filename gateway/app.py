@@ -10,6 +10,7 @@ import structlog
 from litestar import Litestar
 from litestar.datastructures import State
 from litestar.openapi import OpenAPIConfig
+from opentelemetry.trace import TracerProvider
 
 from gateway.audit.review_page import REVIEW_PAGE_ROUTER
 from gateway.audit.routes import AUDIT_ROUTER
@@ -30,13 +31,22 @@ from gateway.keys.routes import KEY_ROUTER
 from gateway.policy.routes import POLICY_ROUTER
 from gateway.services import Services, load_services
 from gateway.settings import Settings
+from gateway.tracing import trace_requests, tracer_provider_from_env
 
 log = structlog.get_logger(__name__)
 
 
-def create_app(settings: Settings, services: Services | None = None) -> Litestar:
+def create_app(
+    settings: Settings,
+    services: Services | None = None,
+    tracer_provider: TracerProvider | None = None,
+) -> Litestar:
     """Build the app. Without `services`, they load in the background after start-up,
-    so `/healthz` answers at once and `/readyz` turns ready when loading is done."""
+    so `/healthz` answers at once and `/readyz` turns ready when loading is done.
+    Without `tracer_provider`, the `OTEL_*` variables decide whether requests are traced
+    (not by default)."""
+    owned_provider = None if tracer_provider is not None else tracer_provider_from_env()
+    tracing = tracer_provider or owned_provider
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -53,6 +63,8 @@ def create_app(settings: Settings, services: Services | None = None) -> Litestar
             loaded: Services | None = app.state.get("services")
             if loaded is not None:
                 loaded.engine.close()
+            if owned_provider is not None:
+                owned_provider.shutdown()  # exports the spans still batched
 
     return Litestar(
         route_handlers=[
@@ -69,9 +81,14 @@ def create_app(settings: Settings, services: Services | None = None) -> Litestar
             DOCUMENT_ROUTER,
         ],
         dependencies=DEPENDENCIES,
-        # Outermost first: the log context, the drain's gate, then the header limit, before
-        # any guard runs.
-        middleware=[bind_log_context, refuse_while_draining, refuse_large_headers],
+        # Outermost first: the log context, the request's span, the drain's gate, then the
+        # header limit, before any guard runs.
+        middleware=[
+            bind_log_context,
+            *([trace_requests(tracing)] if tracing is not None else []),
+            refuse_while_draining,
+            refuse_large_headers,
+        ],
         lifespan=[lifespan],
         state=State(
             {

@@ -26,6 +26,7 @@ from gateway.http.errors import ApiError, database_unavailable
 from gateway.http.metrics import GatewayMetrics
 from gateway.http.request_context import request_id_of
 from gateway.keys.store import KeyIdentity
+from gateway.tracing import describe_entry, stage
 
 log = structlog.get_logger(__name__)
 _STATE_KEY = "bastion_request_audit"
@@ -42,7 +43,9 @@ class RequestAudit:
     async def write(self, audit: AuditLog, metrics: GatewayMetrics) -> None:
         """Write the entry with its latency, and count it in the metrics."""
         self.entry.latency_ms = (time.perf_counter() - self.started) * 1000
-        await asyncio.to_thread(audit.record, self.entry)
+        describe_entry(self.entry)
+        with stage("audit.write"):
+            await asyncio.to_thread(audit.record, self.entry)
         metrics.observe(self.entry)
 
 

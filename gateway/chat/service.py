@@ -46,6 +46,14 @@ from gateway.keys.store import KeyIdentity
 from gateway.limits.quotas import charge_tokens
 from gateway.policy.runtime import PolicyRuntime
 from gateway.services import Services
+from gateway.tracing import (
+    describe_retrieval,
+    describe_verdicts,
+    in_span,
+    note_policy,
+    trace_check,
+    traced_deltas,
+)
 from guardrails import (
     StreamingRedactor,
     ToolSpec,
@@ -53,6 +61,7 @@ from guardrails import (
     extract_tool_calls,
     validate_tool_calls,
 )
+from guardrails.pii import CHECK_NAME as PII
 from retrieval import RetrievedChunk, select_for_prompt
 
 
@@ -194,6 +203,7 @@ class ChatService:
 
     def _record_request(self, body: ChatCompletionRequest, entry: AuditEntry) -> None:
         entry.policy_version = self._runtime.loaded.version
+        note_policy(self._runtime.loaded)
         entry.model = self._services.engine.model_id
         entry.end_user = body.user
 
@@ -232,13 +242,16 @@ class ChatService:
         texts = [m.text for m in body.messages]
         last_user = next((m.text for m in reversed(body.messages) if m.role == "user"), "")
         roles = [m.role for m in body.messages]
-        pii = await asyncio.to_thread(guardrails.redact, texts)
+        pii = await asyncio.to_thread(trace_check, PII, lambda: guardrails.redact(texts))
         query = _last_user_text(body.messages, pii.texts)
         retrieval = None
         if not pii.verdict.blocks:
-            retrieval = asyncio.ensure_future(asyncio.to_thread(self._retrieve, entry, query))
+            retrieve = in_span("retrieval", self._retrieve, describe_retrieval)
+            retrieval = asyncio.ensure_future(asyncio.to_thread(retrieve, entry, query))
         try:
-            checked = await asyncio.to_thread(guardrails.check, texts, last_user, roles, pii=pii)
+            checked = await asyncio.to_thread(
+                guardrails.check, texts, last_user, roles, pii=pii, trace=trace_check
+            )
         except BaseException:
             if retrieval is not None:
                 retrieval.cancel()
@@ -304,11 +317,12 @@ class ChatService:
         redactor = StreamingRedactor(
             self._runtime.output.redactor(chat.restorable), chat.stream_window
         )
+        release = in_span("output_check.stream_window", redactor.release)
         async for text in self._generate(chat, chat.first):
             # Holding a delta is cheap; only a due check goes to a thread, once a chunk.
-            if redactor.add(text) and (released := await asyncio.to_thread(redactor.release)):
+            if redactor.add(text) and (released := await asyncio.to_thread(release)):
                 yield released
-        rest = await asyncio.to_thread(redactor.flush)
+        rest = await asyncio.to_thread(in_span("output_check.stream_window", redactor.flush))
         if rest:
             yield rest
 
@@ -317,7 +331,7 @@ class ChatService:
         the audit entry (token counts, finish reason, engine time) as they come."""
         started = time.perf_counter()
         try:
-            async for delta in self._engine_deltas(chat, choice):
+            async for delta in traced_deltas(self._engine_deltas(chat, choice), choice.index):
                 chat.entry.prompt_tokens = delta.prompt_tokens
                 choice.cached_prompt_tokens = delta.cached_prompt_tokens
                 chat.entry.details["cached_prompt_tokens"] = chat.cached_prompt_tokens
@@ -369,7 +383,8 @@ class ChatService:
         """
         choice = choice or chat.first
         raw = "".join(choice.answer_parts)
-        checked = await asyncio.to_thread(self._runtime.output.filter, raw, chat.restorable)
+        output_check = in_span("output_check", self._runtime.output.filter, describe_verdicts)
+        checked = await asyncio.to_thread(output_check, raw, chat.restorable)
         chat.entry.verdicts.extend(checked.verdicts)
         finish_reason = "length" if choice.finish_reason == "length" else "stop"
         content: str | None = checked.text if released_text is None else released_text

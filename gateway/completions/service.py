@@ -33,6 +33,7 @@ from gateway.keys.store import KeyIdentity
 from gateway.limits.quotas import charge_tokens
 from gateway.policy.runtime import PolicyRuntime
 from gateway.services import Services
+from gateway.tracing import in_span, note_policy, trace_check, traced_deltas
 from guardrails import StreamingRedactor
 
 PROMPT_PARAM = "prompt"
@@ -121,6 +122,7 @@ class CompletionService:
         engine = self._services.engine
         policy = self._runtime.loaded.policy
         entry.policy_version = self._runtime.loaded.version
+        note_policy(self._runtime.loaded)
         entry.model = engine.model_id
         entry.end_user = body.user
         check_model(body.model, engine.model_id)
@@ -167,7 +169,7 @@ class CompletionService:
         def screen_all() -> list[tuple[str, dict[str, str]]]:
             screened = []
             for prompt in prompts:
-                checked = checks.check([prompt], prompt, ["user"])
+                checked = checks.check([prompt], prompt, ["user"], trace=trace_check)
                 entry.verdicts.extend(checked.verdicts)
                 if checked.blocking is not None:
                     entry.outcome = "blocked"
@@ -232,11 +234,12 @@ class CompletionService:
         redactor = StreamingRedactor(
             self._runtime.output.redactor(choice.restorable), prepared.stream_window
         )
+        release = in_span("output_check.stream_window", redactor.release)
         async for delta in self._deltas(prepared, choice):
             # Holding a delta is cheap; only a due check goes to a thread, once a chunk.
-            if redactor.add(delta.text) and (released := await asyncio.to_thread(redactor.release)):
+            if redactor.add(delta.text) and (released := await asyncio.to_thread(release)):
                 yield self._piece(prepared, choice, released, final=False)
-        rest = await asyncio.to_thread(redactor.flush)
+        rest = await asyncio.to_thread(in_span("output_check.stream_window", redactor.flush))
         last = self._piece(prepared, choice, rest, final=True)
         if last.text or (last.logprobs and last.logprobs["tokens"]):
             yield last
@@ -266,7 +269,8 @@ class CompletionService:
         become API errors the client can act on."""
         entry = prepared.entry
         try:
-            async for delta in self._services.engine.stream(choice.generation):
+            deltas = self._services.engine.stream(choice.generation)
+            async for delta in traced_deltas(deltas, choice.index):
                 choice.record(delta)
                 entry.prompt_tokens = prepared.prompt_tokens
                 entry.details["cached_prompt_tokens"] = prepared.cached_prompt_tokens
@@ -281,7 +285,8 @@ class CompletionService:
         """What the client gets once generation ended. The output checks run over each
         whole answer, for the audit record and, when nothing was streamed (`released`
         None), for the text itself; a blocking verdict withholds the text."""
-        results = await asyncio.to_thread(self._check_answers, prepared, released)
+        check_answers = in_span("output_check", self._check_answers)
+        results = await asyncio.to_thread(check_answers, prepared, released)
         entry = prepared.entry
         filtered = any(r.finish_reason == "content_filter" for r in results)
         entry.outcome = "content_filter" if filtered else "ok"

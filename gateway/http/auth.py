@@ -21,6 +21,7 @@ from gateway.http.errors import ApiError, unauthorized
 from gateway.http.request_context import bearer_token
 from gateway.keys.store import KeyIdentity, authenticate
 from gateway.services import Services
+from gateway.tracing import describe_auth, stage
 
 _IDENTITY_KEY = "bastion_identity"
 
@@ -50,7 +51,9 @@ def require_roles(roles: frozenset[str], *, audit_denials: bool = True) -> Guard
 
     async def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
         services = services_of(connection)
-        identity, error = await _authenticate(connection, services, roles)
+        with stage("auth") as span:
+            identity, error = await _authenticate(connection, services, roles)
+            describe_auth(span, identity, error)
         if error is None:
             connection.state[_IDENTITY_KEY] = identity
             return

@@ -19,6 +19,8 @@ import httpx
 from gateway.settings import REPO_ROOT
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
     from gateway.services import Services
     from gateway.settings import Settings
 
@@ -66,15 +68,20 @@ def spawn_serve(data_dir: Path, port: int, output: IO[bytes] | int) -> subproces
 
 
 @contextmanager
-def serve_in_thread(settings: Settings, services: Services) -> Iterator[str]:
+def serve_in_thread(
+    settings: Settings, services: Services, tracer_provider: TracerProvider | None = None
+) -> Iterator[str]:
     """The real app behind uvicorn on `settings.port`, on a thread; yields its base URL once
-    `/readyz` answers 200."""
+    `/readyz` answers 200. `tracer_provider` traces its requests (else the OTEL_* variables)."""
     import uvicorn  # here, not above: the process helpers must not load the whole app
 
     from gateway.app import create_app
 
     config = uvicorn.Config(
-        create_app(settings, services), host="127.0.0.1", port=settings.port, log_level="warning"
+        create_app(settings, services, tracer_provider),
+        host="127.0.0.1",
+        port=settings.port,
+        log_level="warning",
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
