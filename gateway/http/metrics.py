@@ -16,7 +16,9 @@ from prometheus_client import (
     generate_latest,
 )
 
+from engine import EngineMetrics
 from gateway.audit.log import AuditEntry
+from gateway.http.routing_metrics import ModelServerMetrics
 
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
 
@@ -74,6 +76,9 @@ class GatewayMetrics:
             ["field"],
             registry=self.registry,
         )
+        # The same state under vLLM's names, for inference schedulers (llm-d).
+        self.model_server = ModelServerMetrics()
+        self.registry.register(self.model_server)
 
     def observe(self, entry: AuditEntry) -> None:
         self.requests.labels(entry.endpoint, str(entry.status_code), entry.outcome).inc()
@@ -91,6 +96,8 @@ class GatewayMetrics:
         if snapshot is None:
             return
         values = snapshot()
+        if isinstance(values, EngineMetrics):
+            self.model_server.update(engine.model_id, values)
         if dataclasses.is_dataclass(values):
             for name, value in dataclasses.asdict(values).items():  # type: ignore[arg-type]
                 if isinstance(value, int | float):
