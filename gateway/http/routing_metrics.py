@@ -36,8 +36,8 @@ class ModelServerMetrics(Collector):
             ("vllm:num_requests_waiting", "Requests waiting to be scheduled.", m.waiting),
             ("vllm:num_requests_running", "Requests in the running batch.", m.running),
             ("vllm:kv_cache_usage_perc", "KV-cache usage; 1 means 100 percent.", usage),
-            # The same, under the name vLLM used before 0.10 and the endpoint picker's
-            # default up to its v1.0 (`--kv-cache-usage-percentage-metric`).
+            # The same, under vLLM's older name, the endpoint picker's
+            # default before its v1.3 (`--kv-cache-usage-percentage-metric`).
             ("vllm:gpu_cache_usage_perc", "KV-cache usage; 1 means 100 percent.", usage),
         )
         for name, documentation, value in gauges:

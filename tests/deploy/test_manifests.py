@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from gateway.cli import main
+from gateway.http.draining_server import CUT_OFF_SECONDS
 from gateway.http.probes import healthz, readyz
 from gateway.settings import REPO_ROOT, Settings
 
@@ -75,3 +76,12 @@ def test_the_policies_in_the_config_map_pass_the_policy_check(tmp_path: Path) ->
         path.write_text(text)
         files.append(str(path))
     assert main(["policy", "check", *files]) == 0
+
+
+def test_the_kubelet_waits_longer_than_a_drain() -> None:
+    """SIGKILL after the grace period must not cut the drain short (gateway/http/drain.py)."""
+    spec = kind("Deployment")["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    drain = Settings(drain_seconds=env["BASTION_DRAIN_SECONDS"]).drain_seconds
+    assert drain + CUT_OFF_SECONDS < spec["terminationGracePeriodSeconds"]
