@@ -52,8 +52,23 @@ def model_source_from_path(path: Path) -> ModelSource:
     raise ModelNotFound(f"{path} is neither a .gguf file nor a folder with config.json")
 
 
+def load_model(source: ModelSource, dtype: Any) -> tuple[Any, Any]:
+    """The model (eval mode, on CPU) and tokenizer the engine serves: a Llama-family GGUF
+    read directly (engine/gguf_model.py, the same tensors in a fraction of the time),
+    anything else through transformers."""
+    from engine.gguf_file import GGUFFile
+    from engine.gguf_model import is_direct, load_gguf_model
+
+    if source.gguf_file is not None:
+        gguf = GGUFFile.open(source.folder / source.gguf_file)
+        if is_direct(gguf):
+            return load_gguf_model(gguf, dtype)
+    return load_pretrained(source, dtype)
+
+
 def load_pretrained(source: ModelSource, dtype: Any) -> tuple[Any, Any]:
-    """The transformers model (eval mode, on CPU) and tokenizer of `source`."""
+    """The transformers model (eval mode, on CPU) and tokenizer of `source`, through
+    transformers' own loaders (the reference engine's path)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     kwargs: dict[str, Any] = {"gguf_file": source.gguf_file} if source.gguf_file else {}

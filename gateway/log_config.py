@@ -1,14 +1,46 @@
 """Structured logs on stderr: key-value lines, or JSON when `BASTION_LOG_JSON` is true.
 
+One format for everything: our structlog events and the standard-library loggers of the
+libraries underneath (uvicorn, alembic, Litestar, presidio, ...), whose records pass
+through the same renderer. Libraries' chatter (alembic's migration context, faiss's
+search for an AVX-512 build, sentence-transformers' "loading" line, transformers' notices)
+is held below the level shown, so a healthy start prints no warning.
+
 stdout stays for what a command prints (a new key, an export).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
+from typing import TextIO
 
 import structlog
+
+# Loggers whose records below these levels are routine chatter, not news to an operator.
+QUIET_LOGGERS: dict[str, int] = {
+    "alembic": logging.WARNING,
+    "faiss": logging.WARNING,  # faiss.loader: "could not load library with AVX512 support"
+    "sentence_transformers": logging.WARNING,
+    "presidio-analyzer": logging.WARNING,  # it logs the text around findings at DEBUG
+    "httpx": logging.WARNING,
+}
+# Loggers that come with handlers of their own (uvicorn's when it is not given a
+# config): theirs are removed so that the root's single handler writes every record.
+_ROUTED_TO_ROOT = ("uvicorn", "uvicorn.error", "uvicorn.access", "litestar")
+
+
+class _StderrHandler(logging.StreamHandler[TextIO]):
+    """Writes to whatever `sys.stderr` is at the time (tests and daemons swap it)."""
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _: TextIO) -> None:
+        """The stream is always the current stderr."""
 
 
 def configure_logging(json_logs: bool) -> None:
@@ -27,4 +59,36 @@ def configure_logging(json_logs: bool) -> None:
         # Look stderr up at each use: tests and daemons may swap it after configuration.
         logger_factory=lambda *_: structlog.PrintLogger(sys.stderr),
     )
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    route_standard_logging(renderer)
+    # transformers writes through a handler of its own; below errors it has nothing an
+    # operator acts on (the tokenizer's "legacy behaviour" notice among them).
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+
+def route_standard_logging(renderer: structlog.typing.Processor) -> None:
+    """Send every standard-library record through `renderer`, from one root handler."""
+    handler = _StderrHandler()
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[
+                structlog.contextvars.merge_contextvars,
+                structlog.stdlib.add_log_level,
+                structlog.stdlib.add_logger_name,
+                structlog.processors.TimeStamper(fmt="iso"),
+            ],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info,
+                renderer,
+            ],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(logging.INFO)
+    for name in _ROUTED_TO_ROOT:
+        logger = logging.getLogger(name)
+        logger.handlers = []
+        logger.propagate = True
+    for name, level in QUIET_LOGGERS.items():
+        logging.getLogger(name).setLevel(level)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, TypeVar
 
 import structlog
 import torch
@@ -25,10 +28,12 @@ from gateway.limits.rate_limit import RateLimiter, make_rate_limiter
 from gateway.policy.registry import PolicyRegistry
 from gateway.policy.runtime import PolicyRuntime, open_policies
 from gateway.settings import Settings
+from guardrails import build_analyzer
 from retrieval import DocumentStore, Embedder
 from retrieval.models import Document
 
 log = structlog.get_logger(__name__)
+T = TypeVar("T")
 
 
 @dataclass
@@ -86,26 +91,62 @@ def load_services(
     """
     started = time.perf_counter()
     sessions = open_database(settings)
-    engine = engine or load_engine(settings)
-    embedder = embedder or Embedder.load()
-    # Requests get their own copy: bf16 where native, on the cores the engine leaves.
-    request_embedder = embedder.request_copy()
-    store = DocumentStore(sessions, embedder, settings.index_dir, query_embedder=request_embedder)
-    if settings.sample_corpus is not None:
-        ingest_sample_corpus(settings, sessions, store, settings.sample_corpus)
-    audit = AuditLog(sessions)
+    # The engine and the PII analyzer load on threads of their own while this one loads the
+    # embedder and ingests the sample corpus: most of each is numpy, torch or file reads,
+    # which release the GIL (bench/cold_start.py measures the start).
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="load") as loaders:
+        engine_loaded = (
+            loaders.submit(_timed, "engine", load_engine, settings)
+            if engine is None
+            else _given(engine)
+        )
+        analyzer_loaded = loaders.submit(_timed, "pii_analyzer", build_analyzer)
+        embedder = embedder or _timed("embedder", Embedder.load)
+        # Requests get their own copy: bf16 where native, on the cores the engine leaves.
+        request_embedder = embedder.request_copy()
+        store = DocumentStore(
+            sessions, embedder, settings.index_dir, query_embedder=request_embedder
+        )
+        if settings.sample_corpus is not None:
+            _timed(
+                "sample_corpus",
+                ingest_sample_corpus,
+                settings,
+                sessions,
+                store,
+                settings.sample_corpus,
+            )
+        audit = AuditLog(sessions)
+        analyzer_loaded.result()  # the policies' PII checks take the analyzer built there
+        policies = _timed("policies", open_policies, settings.policy_dir, request_embedder, audit)
+        served = engine_loaded.result()
     services = Services(
         settings=settings,
         sessions=sessions,
-        engine=engine,
+        engine=served,
         embedder=embedder,
         store=store,
-        policies=open_policies(settings.policy_dir, request_embedder, audit),
+        policies=policies,
         audit=audit,
         limiter=make_rate_limiter(settings.redis_url),
     )
     log.info("gateway.services_ready", seconds=round(time.perf_counter() - started, 1))
     return services
+
+
+def _given(value: T) -> Future[T]:
+    """A value already at hand, as a loader's result."""
+    given: Future[T] = Future()
+    given.set_result(value)
+    return given
+
+
+def _timed(stage: str, load: Callable[..., T], *args: Any) -> T:
+    """`load(*args)`, logging how long the start-up stage took."""
+    started = time.perf_counter()
+    result = load(*args)
+    log.info("gateway.stage_loaded", stage=stage, seconds=round(time.perf_counter() - started, 2))
+    return result
 
 
 def ingest_sample_corpus(
@@ -117,5 +158,5 @@ def ingest_sample_corpus(
         present = session.scalar(select(Document.id).where(Document.tenant == tenant).limit(1))
     if present is not None or not corpus.is_dir():
         return
-    results = store.ingest_paths([corpus], tenant=tenant, collection=collection, progress=True)
+    results = store.ingest_paths([corpus], tenant=tenant, collection=collection, progress=False)
     log.info("sample_corpus.ingested", documents=len(results), collection=collection)

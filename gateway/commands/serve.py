@@ -25,6 +25,7 @@ def run(settings: Settings, _: argparse.Namespace) -> int:
     from gateway.app import create_app
     from gateway.http.draining_server import DrainingServer
     from gateway.keys.bootstrap import ensure_default_key
+    from gateway.log_config import configure_logging
     from gateway.services import open_database
 
     sessions = open_database(settings)
@@ -34,6 +35,8 @@ def run(settings: Settings, _: argparse.Namespace) -> int:
     print(f"API key for tenant '{settings.default_tenant}': {key}", flush=True)
     print(f"Readiness: {url}/readyz turns 200 once the models are loaded.", flush=True)
     app = create_app(settings)
+    # Litestar's default logging config takes the root logger's handlers: one format again.
+    configure_logging(settings.log_json)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None)
     server = DrainingServer(config, app.state.drain, settings.drain_seconds)
     with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl+C, re-raised by uvicorn
