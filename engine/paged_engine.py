@@ -27,7 +27,7 @@ from engine.detokenizer import IncrementalDetokenizer
 from engine.grammar import COMPILE_TIMEOUT_S, Grammars
 from engine.llama import PagedLlama
 from engine.model_runner import ModelRunner
-from engine.model_source import ModelSource, load_pretrained
+from engine.model_source import ModelSource, load_model
 from engine.smoothing import calibration_ids
 from engine.tokenization import ChatEncoder, find_stop_token_ids
 from engine.types import (
@@ -124,8 +124,8 @@ class PagedEngine:
         kv_cache_mb: int | None = None,
         config: EngineConfig | None = None,
     ) -> PagedEngine:
-        """Load a model (HF folder or GGUF) through transformers and serve it paged; weights
-        "auto" are resolved for the device (`resolve_engine_config`)."""
+        """Load a model (a GGUF read directly, else through transformers) and serve it
+        paged; weights "auto" are resolved for the device (`resolve_engine_config`)."""
         started = time.perf_counter()
         target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         settings = resolve_engine_config(_given_config(kv_cache_mb, config), target.type)
@@ -138,7 +138,7 @@ class PagedEngine:
             folder=str(source.folder),
             weights=settings.weights,
         )
-        hf_model, tokenizer = load_pretrained(source, dtype)
+        hf_model, tokenizer = load_model(source, dtype)
         engine = cls.from_hf_model(
             hf_model, tokenizer, source.model_id, str(target), config=settings
         )
