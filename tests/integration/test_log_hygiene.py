@@ -1,13 +1,16 @@
-"""What the server logs never holds: a request's email address, phone number or API key."""
+"""What the server logs never holds (a request's email address, phone number or API key), and
+what a healthy start logs: one format, no warnings, none of the libraries' chatter."""
 
 from __future__ import annotations
 
+import json
 import logging
 
 import httpx
 import pytest
 
 from tests.integration.conftest import LiveServer
+from tests.support.cold_start import this_checkout_cold_start
 
 
 def test_logs_hold_no_pii_or_keys(
@@ -52,3 +55,31 @@ def test_logs_hold_no_pii_or_keys(
     logs = captured.out + captured.err + caplog.text
     for secret in (email, phone, wrong_key, live_server.api_key):
         assert secret not in logs, f"{secret!r} appeared in the logs"
+
+
+# What a healthy start used to print besides our logs (issue 20 item 6).
+START_UP_NOISE = (
+    "Recognizer not added to registry",  # presidio, once per other-language recognizer
+    "AVX512",  # faiss.loader looking for a build the CPU may not run
+    "legacy behaviour",  # transformers' tokenizer notice
+    "Converting and de-quantizing GGUF tensors",  # transformers' GGUF progress bar
+    "Context impl SQLiteImpl",  # alembic
+)
+
+
+def test_start_up_logs_are_one_format_and_quiet() -> None:
+    """A fresh `bastion serve` with JSON logs: every line on stderr is one JSON record
+    (uvicorn's, alembic's and presidio's included), none is a warning, none is noise."""
+    lines = this_checkout_cold_start().stderr_lines
+    assert lines
+    records = []
+    for line in lines:
+        assert line.startswith("{"), f"not a JSON record: {line[:200]!r}"
+        records.append(json.loads(line))
+    assert all({"event", "level", "timestamp"} <= record.keys() for record in records)
+    loud = [r for r in records if r["level"] not in ("debug", "info")]
+    assert not loud, loud
+    loggers = {r.get("logger") for r in records}
+    assert {"uvicorn.error", "uvicorn.access"} <= loggers  # third-party records, same format
+    for noise in START_UP_NOISE:
+        assert not any(noise in line for line in lines), noise

@@ -1,0 +1,94 @@
+"""`bastion serve` from nothing: a fresh data folder, the seconds until `/readyz` answers
+200, the idle server's resident memory, and what it logged. The cold-start test and
+bench/cold_start.py share it (the bench also points it at an older checkout)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from gateway.settings import REPO_ROOT
+from tests.support.local_server import free_port
+
+READY_TIMEOUT_S = 300.0
+_POLL_S = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class ColdStart:
+    """One start: seconds from the process's launch to `/readyz` 200, then idle RSS."""
+
+    seconds_to_ready: float
+    idle_rss_mb: float
+    stderr_lines: tuple[str, ...]  # the logs (stdout holds the printed key, kept out)
+
+
+def cold_start(
+    repo: Path = REPO_ROOT, settle_s: float = 3.0, python: str = sys.executable
+) -> ColdStart:
+    """Start `repo`'s gateway on a fresh data folder with JSON logs, wait until ready, let
+    it idle `settle_s`, measure, and stop it with SIGTERM."""
+    with tempfile.TemporaryDirectory(prefix="bastion-cold-") as scratch:
+        folder = Path(scratch)
+        port = free_port()
+        env = {
+            **os.environ,
+            "BASTION_DATA_DIR": str(folder / "data"),
+            "BASTION_PORT": str(port),
+            "BASTION_LOG_JSON": "true",
+            "PYTHONPATH": str(repo),
+        }
+        with (folder / "stdout").open("wb") as out, (folder / "stderr").open("wb") as err:
+            started = time.perf_counter()
+            process = subprocess.Popen(
+                [python, "-m", "gateway.cli", "serve"], cwd=repo, env=env, stdout=out, stderr=err
+            )
+            try:
+                seconds = _wait_until_ready(f"http://127.0.0.1:{port}", process, started)
+                time.sleep(settle_s)
+                rss_mb = _rss_mb(process.pid)
+            finally:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+        lines = (folder / "stderr").read_text(errors="replace").splitlines()
+    return ColdStart(seconds, rss_mb, tuple(lines))
+
+
+@functools.cache
+def this_checkout_cold_start() -> ColdStart:
+    """One cold start of this checkout per test run, for the tests that read it."""
+    return cold_start()
+
+
+def _wait_until_ready(base_url: str, process: subprocess.Popen[bytes], started: float) -> float:
+    while time.perf_counter() - started < READY_TIMEOUT_S:
+        if process.poll() is not None:
+            raise RuntimeError(f"bastion serve exited with {process.returncode}")
+        try:
+            if httpx.get(f"{base_url}/readyz", timeout=2).status_code == 200:
+                return time.perf_counter() - started
+        except httpx.TransportError:
+            pass
+        time.sleep(_POLL_S)
+    raise RuntimeError(f"{base_url} was not ready after {READY_TIMEOUT_S:.0f} s")
+
+
+def _rss_mb(pid: int) -> float:
+    """Resident memory of `pid` (Linux /proc), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
