@@ -27,7 +27,11 @@ from engine.types import (
     TextLogprob,
     TokenDelta,
     TokenLogprob,
+    UnsupportedParameter,
+    UpstreamRejected,
+    UpstreamUnavailable,
 )
+from engine.upstream import UpstreamConfig, UpstreamEngine, UpstreamTimeouts
 
 __all__ = [
     "COMPILE_TIMEOUT_S",
@@ -52,6 +56,12 @@ __all__ = [
     "TokenDelta",
     "TokenLogprob",
     "TransformersEngine",
+    "UnsupportedParameter",
+    "UpstreamConfig",
+    "UpstreamEngine",
+    "UpstreamRejected",
+    "UpstreamTimeouts",
+    "UpstreamUnavailable",
     "WeightChoice",
     "default_model_source",
     "load_native_library",

@@ -192,3 +192,24 @@ class UpstreamUnavailable(EngineError):
         self.upstream = upstream
         self.retry_after_s = retry_after_s
         super().__init__(message)
+
+
+class UpstreamRejected(EngineError):
+    """An upstream server refused the request itself (a 4xx: too long a prompt, a bad
+    parameter): the client's request is at fault, so it gets `status` (400 unless the
+    upstream said 404, 413, 422 or 429) and the upstream's `message`, not a 502."""
+
+    def __init__(self, message: str, *, status: int, upstream: str) -> None:
+        self.status = status
+        self.upstream = upstream
+        super().__init__(message)
+
+
+class UnsupportedParameter(EngineError):
+    """A request parameter this engine cannot honour and will not silently drop (an
+    upstream engine and `logit_bias`, whose ids name the local vocabulary). `param` is the
+    OpenAI parameter's name, for the 400's `param` field."""
+
+    def __init__(self, param: str, message: str) -> None:
+        self.param = param
+        super().__init__(message)

@@ -1,0 +1,348 @@
+"""`UpstreamEngine`: the `Engine` protocol over OpenAI-compatible servers.
+
+A request goes to the first healthy URL whose circuit is closed; a failure before the first
+token that is safe to repeat (refused, reset, a 502/503/504, no byte before the timeout)
+is retried on the next URL, `max_retries` times at most. After the first token nothing is
+retried: a failure then raises `UpstreamUnavailable` from the iterator, after the text
+already yielded. Errors:
+
+    EngineError
+    ├── UnsupportedParameter   logit_bias / stop ids (local ids), before anything is sent
+    ├── ConstraintError        regex, grammar, structural tag: no portable form upstream
+    ├── UpstreamRejected       the upstream's 4xx and its message (400 to the client)
+    └── UpstreamUnavailable    503 refused or circuit open (retry_after_s), 504 timed out,
+                               502 malformed, a 5xx after retries, or died mid-stream
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+import httpx
+import structlog
+
+from engine.types import (
+    ChatMessage,
+    GenerationRequest,
+    TextLogprob,
+    TokenDelta,
+    UpstreamRejected,
+    UpstreamUnavailable,
+)
+from engine.upstream.config import UpstreamConfig
+from engine.upstream.endpoints import Endpoint, EndpointPool
+from engine.upstream.health import check_health, watch_health
+from engine.upstream.request_body import UpstreamRequest, upstream_request
+from engine.upstream.server_info import ServerInfo, read_server_info
+from engine.upstream.stream_call import AttemptFailed, StreamCall, open_stream
+from engine.upstream.token_count import (
+    LocalTokenizer,
+    estimate_prompt_tokens,
+    estimate_text_tokens,
+    upstream_prompt_tokens,
+    upstream_text_tokens,
+)
+
+log = structlog.get_logger(__name__)
+
+# When neither the config nor the upstream says: the smallest window of the models such
+# a gateway fronts, so that a context check never admits more than the server takes.
+DEFAULT_CONTEXT_WINDOW = 4096
+
+
+@dataclass(slots=True)
+class _LoopState:
+    """What belongs to one event loop: the HTTP client and the health task."""
+
+    loop: asyncio.AbstractEventLoop
+    client: httpx.AsyncClient
+    health: asyncio.Task[None] | None = None
+
+
+class UpstreamEngine:
+    """One model (`config.model_id`) served by the upstream servers of `config`."""
+
+    def __init__(self, config: UpstreamConfig) -> None:
+        if not config.base_urls:
+            raise ValueError(f"model {config.model_id!r} has no upstream base_urls")
+        self._config = config
+        self._pool = EndpointPool.from_config(config)
+        self._headers = _auth_headers(config.api_key_env)
+        self._local = (
+            LocalTokenizer(config.tokenizer_path)
+            if config.tokenizer == "local" and config.tokenizer_path is not None
+            else None
+        )
+        if config.tokenizer == "local" and self._local is None:
+            raise ValueError(f"model {config.model_id!r}: tokenizer local needs tokenizer_path")
+        self._info: ServerInfo | None = None
+        self._state: _LoopState | None = None
+
+    # -- the Engine protocol --------------------------------------------------------------
+
+    @property
+    def model_id(self) -> str:
+        return self._config.model_id
+
+    @property
+    def context_window(self) -> int:
+        """The config's value, else what the upstream said (read at `start` or the first
+        request), else DEFAULT_CONTEXT_WINDOW."""
+        if self._config.context_window is not None:
+            return self._config.context_window
+        if self._info is not None and self._info.context_window is not None:
+            return self._info.context_window
+        return DEFAULT_CONTEXT_WINDOW
+
+    @property
+    def vocab_size(self) -> int:
+        """The local tokenizer's size, else 0: this engine refuses `logit_bias` whatever
+        the ids (`UnsupportedParameter`), so no id is valid."""
+        return self._local.vocab_size if self._local is not None else 0
+
+    def count_prompt_tokens(self, messages: Sequence[ChatMessage]) -> int:
+        """Exact with a local tokenizer, else the estimate (no network on the caller's
+        loop); `exact_prompt_tokens` asks the upstream."""
+        if self._local is not None:
+            return self._local.count_prompt(messages)
+        return estimate_prompt_tokens(messages)
+
+    def count_text_tokens(self, text: str) -> int:
+        if self._local is not None:
+            return self._local.count_text(text)
+        return estimate_text_tokens(text)
+
+    async def stream(self, request: GenerationRequest) -> AsyncIterator[TokenDelta]:
+        upstream = upstream_request(self._config, request)
+        state = await self._loop_state()
+        call, endpoint = await self._open(state, upstream)
+        try:
+            async for chunk in call.chunks():
+                yield self._delta(call, chunk.text, chunk.logprobs)
+            yield self._delta(call, "", (), last=True)
+        except UpstreamUnavailable:
+            endpoint.breaker.record_failure()
+            raise
+        finally:
+            # Closing an unread response drops the connection: the upstream aborts.
+            await call.aclose()
+            endpoint.slots.release()
+
+    def close(self) -> None:
+        """Stops the health checks and closes the connections (on the loop that owns
+        them, if it still runs)."""
+        state, self._state = self._state, None
+        if state is None:
+            return
+        if state.health is not None:
+            state.health.cancel()
+        if not state.loop.is_closed():
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is state.loop:
+                state.loop.create_task(state.client.aclose())
+            elif state.loop.is_running():
+                asyncio.run_coroutine_threadsafe(state.client.aclose(), state.loop)
+
+    # -- beyond the protocol --------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Starts the health checks on the running loop and reads the context window from
+        the first URL that answers (so that `context_window` holds the upstream's before
+        the first request is checked against it); the first request starts the checks when
+        nobody called this."""
+        await self._loop_state()
+        for endpoint in self._pool.endpoints:
+            if self._info is not None or await self._check(endpoint):
+                return
+
+    async def exact_prompt_tokens(self, messages: Sequence[ChatMessage]) -> int:
+        """The upstream's own count (`/tokenize`) with `tokenizer: upstream`, else the
+        synchronous count; the estimate when the upstream cannot be asked."""
+        if self._config.tokenizer != "upstream":
+            return self.count_prompt_tokens(messages)
+        return await self._ask_upstream(estimate_prompt_tokens(messages), messages=messages)
+
+    async def exact_text_tokens(self, text: str) -> int:
+        """As `exact_prompt_tokens`, for a raw prompt."""
+        if self._config.tokenizer != "upstream":
+            return self.count_text_tokens(text)
+        return await self._ask_upstream(estimate_text_tokens(text), text=text)
+
+    @property
+    def base_urls(self) -> tuple[str, ...]:
+        return tuple(e.url for e in self._pool.endpoints)
+
+    # -- internals ------------------------------------------------------------------------
+
+    async def _open(
+        self, state: _LoopState, upstream: UpstreamRequest
+    ) -> tuple[StreamCall, Endpoint]:
+        """An open stream on the first endpoint that answers, holding one of its slots."""
+        tried: set[str] = set()
+        failure: AttemptFailed | None = None
+        last_url = self._pool.endpoints[0].url
+        for _ in range(1 + self._config.max_retries):
+            endpoint = self._pool.next_endpoint(tried)
+            if endpoint is None:
+                raise UpstreamUnavailable(
+                    f"Every upstream server of {self.model_id} is failing (circuit open).",
+                    status=503,
+                    upstream=last_url,
+                    retry_after_s=self._pool.retry_after_s(),
+                )
+            tried.add(endpoint.url)
+            last_url = endpoint.url
+            await self._acquire_slot(endpoint)
+            endpoint.breaker.begin()
+            try:
+                call = await open_stream(
+                    state.client, endpoint.url, upstream, self._headers, self._config.timeouts
+                )
+            except AttemptFailed as exc:
+                endpoint.slots.release()
+                endpoint.breaker.record_failure()
+                failure = exc
+                log.warning(
+                    "upstream_attempt_failed",
+                    model=self.model_id,
+                    upstream=endpoint.url,
+                    reason=str(exc),
+                    retryable=exc.retryable,
+                )
+                if not exc.retryable:
+                    break
+            except UpstreamRejected:
+                endpoint.slots.release()
+                endpoint.breaker.record_success()  # the server works; the request was wrong
+                raise
+            except BaseException:
+                endpoint.slots.release()
+                endpoint.breaker.release()
+                raise
+            else:
+                endpoint.breaker.record_success()
+                return call, endpoint
+        raise self._unavailable(failure, last_url)
+
+    def _unavailable(self, failure: AttemptFailed | None, upstream: str) -> UpstreamUnavailable:
+        """The error after the last attempt failed."""
+        if failure is None:  # max_retries < 0: a config error, no attempt was made
+            return UpstreamUnavailable("No attempt was allowed.", status=503, upstream=upstream)
+        return UpstreamUnavailable(
+            f"The upstream server {failure}.",
+            status=failure.status,
+            upstream=upstream,
+            retry_after_s=self._pool.retry_after_s() if failure.status == 503 else 1.0,
+        )
+
+    async def _acquire_slot(self, endpoint: Endpoint) -> None:
+        """One of the endpoint's `max_concurrency` slots, waiting at most `first_token`."""
+        try:
+            async with asyncio.timeout(self._config.timeouts.first_token):
+                await endpoint.slots.acquire()
+        except TimeoutError as exc:
+            raise UpstreamUnavailable(
+                f"The upstream server has {self._config.max_concurrency} requests in flight "
+                "(this model's concurrency cap).",
+                status=503,
+                upstream=endpoint.url,
+            ) from exc
+
+    def _delta(
+        self, call: StreamCall, text: str, logprobs: tuple[TextLogprob, ...], last: bool = False
+    ) -> TokenDelta:
+        reader = call.reader
+        return TokenDelta(
+            text,
+            reader.completion_tokens,
+            reader.prompt_tokens,
+            (reader.finish_reason or "stop") if last else None,
+            logprobs,
+            reader.cached_prompt_tokens,
+            served_by=call.base_url if last else "",
+        )
+
+    async def _loop_state(self) -> _LoopState:
+        """The client and health task of the running loop, made on first use (the gateway
+        runs one loop; a test may run several, each gets its own)."""
+        loop = asyncio.get_running_loop()
+        if self._state is not None and self._state.loop is loop:
+            return self._state
+        if self._state is not None:
+            self.close()
+            self._pool.rebind_slots(self._config.max_concurrency)
+        timeouts = self._config.timeouts
+        client = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeouts.total, connect=timeouts.connect),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=32),
+        )
+        state = _LoopState(loop, client)
+        self._state = state
+        state.health = loop.create_task(
+            watch_health(self._check, self._pool.endpoints, self._config.health_interval_s),
+            name=f"upstream-health-{self.model_id}",
+        )
+        return state
+
+    async def _check(self, endpoint: Endpoint) -> bool:
+        """One health check; the first healthy one also reads the server's facts."""
+        state = self._state
+        if state is None:
+            return False
+        healthy = await check_health(
+            state.client, endpoint, self._headers, self._config.timeouts.connect
+        )
+        if healthy and self._info is None:
+            try:
+                self._info = await read_server_info(
+                    state.client, endpoint.url, self._config.upstream_model, self._headers
+                )
+            except (httpx.HTTPError, ValueError) as exc:
+                log.warning("upstream_info_unread", upstream=endpoint.url, reason=str(exc))
+        return healthy
+
+    async def _ask_upstream(
+        self, fallback: int, *, messages: Sequence[ChatMessage] | None = None, text: str = ""
+    ) -> int:
+        state = await self._loop_state()
+        endpoint = self._pool.next_endpoint(set())
+        if endpoint is None:
+            return fallback
+        is_llama_cpp = self._info.is_llama_cpp if self._info is not None else False
+        try:
+            if messages is not None:
+                return await upstream_prompt_tokens(
+                    state.client,
+                    endpoint.url,
+                    self._config.upstream_model,
+                    self._headers,
+                    messages,
+                    is_llama_cpp,
+                )
+            return await upstream_text_tokens(
+                state.client,
+                endpoint.url,
+                self._config.upstream_model,
+                self._headers,
+                text,
+                is_llama_cpp,
+            )
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            log.warning("upstream_tokenize_failed", upstream=endpoint.url, reason=str(exc))
+            return fallback
+
+
+def _auth_headers(api_key_env: str | None) -> dict[str, str]:
+    """The bearer header from the named variable (never logged), or none."""
+    if api_key_env is None:
+        return {}
+    key = os.environ.get(api_key_env)
+    if not key:
+        raise ValueError(f"the environment variable {api_key_env} (the upstream's key) is empty")
+    return {"Authorization": f"Bearer {key}"}

@@ -1,0 +1,192 @@
+"""One streamed request to one upstream URL, under the timeouts, with its failures sorted.
+
+`open_stream` sends the request and reads up to the first piece of text (or the end of an
+empty answer) within `first_token` seconds; what fails before then is an `AttemptFailed`
+that says whether another try is safe. `StreamCall.chunks` reads the rest, with `idle`
+seconds at most between lines and `total` for the whole answer; there a failure is final
+(text has been sent) and raises `UpstreamUnavailable` at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import httpx
+
+from engine.types import UpstreamRejected, UpstreamStatus, UpstreamUnavailable
+from engine.upstream.chunks import AnswerReader, ChunkText, UpstreamStreamError
+from engine.upstream.config import UpstreamTimeouts
+from engine.upstream.request_body import UpstreamRequest
+from engine.upstream.sse import DONE, MalformedStream, parse_line
+
+# Statuses that say "this server, now" rather than "this request": another try may work.
+RETRYABLE_STATUSES = frozenset({502, 503, 504})
+# A 4xx the client should see as is; any other 4xx reaches it as a 400.
+PASSED_ON_STATUSES = frozenset({400, 404, 413, 422, 429})
+
+
+class AttemptFailed(Exception):
+    """An attempt that failed before any text: `retryable` when another try is safe."""
+
+    def __init__(self, reason: str, *, status: UpstreamStatus, retryable: bool) -> None:
+        self.status = status
+        self.retryable = retryable
+        super().__init__(reason)
+
+
+@dataclass(slots=True)
+class StreamCall:
+    """An open answer stream on `base_url`; `first` holds what was read before the first
+    text. Close it (always) to release the connection: unread, the upstream aborts."""
+
+    base_url: str
+    response: httpx.Response
+    lines: AsyncIterator[str]
+    reader: AnswerReader
+    timeouts: UpstreamTimeouts
+    total_deadline: float
+    first: list[ChunkText] = field(default_factory=list)
+    ended: bool = False
+
+    async def chunks(self) -> AsyncIterator[ChunkText]:
+        """The answer's text as it comes, then nothing once the stream ends."""
+        for chunk in self.first:
+            yield chunk
+        loop = asyncio.get_running_loop()
+        while not self.ended:
+            deadline = min(loop.time() + self.timeouts.idle, self.total_deadline)
+            try:
+                following = await self._next_chunk(deadline)
+            except TimeoutError as exc:
+                raise self._failure("stopped sending (timed out mid-answer)", 504) from exc
+            except (httpx.TransportError, MalformedStream, UpstreamStreamError) as exc:
+                raise self._failure(f"failed mid-answer: {exc}", 502) from exc
+            if following is not None:
+                yield following
+
+    async def aclose(self) -> None:
+        await self.response.aclose()
+
+    async def _next_chunk(self, deadline: float) -> ChunkText | None:
+        """The next line's text (None: a line without any) if it comes by `deadline` (the
+        loop's clock); sets `ended` at the end."""
+        async with asyncio.timeout_at(deadline):
+            line = await anext(self.lines, None)
+        if line is None:
+            self.ended = True
+            if self.reader.finish_reason is None:
+                raise MalformedStream("the stream ended before the answer did")
+            return None
+        event = parse_line(line)
+        if event == DONE:
+            self.ended = True
+            if self.reader.finish_reason is None:
+                raise MalformedStream("[DONE] before a finish reason")
+            return None
+        if not isinstance(event, dict):
+            return None
+        chunk = self.reader.read(event)
+        return chunk if chunk.text or chunk.logprobs else None
+
+    def _failure(self, what: str, status: UpstreamStatus) -> UpstreamUnavailable:
+        return UpstreamUnavailable(
+            f"The upstream server {what}.", status=status, upstream=self.base_url
+        )
+
+
+async def open_stream(
+    client: httpx.AsyncClient,
+    base_url: str,
+    request: UpstreamRequest,
+    headers: dict[str, str],
+    timeouts: UpstreamTimeouts,
+) -> StreamCall:
+    """Send `request` to `base_url` and read up to its first text; raises `AttemptFailed`,
+    or `UpstreamRejected` when the upstream refuses the request itself."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    first_deadline = started + timeouts.first_token
+    sent = client.build_request("POST", base_url + request.path, json=request.body, headers=headers)
+    try:
+        async with asyncio.timeout_at(first_deadline):
+            response = await client.send(sent, stream=True)
+    except TimeoutError as exc:
+        raise AttemptFailed("sent no response in time", status=504, retryable=True) from exc
+    except httpx.TimeoutException as exc:
+        raise AttemptFailed(
+            "did not accept the connection in time", status=504, retryable=True
+        ) from exc
+    except httpx.ConnectError as exc:
+        raise AttemptFailed("refused the connection", status=503, retryable=True) from exc
+    except httpx.TransportError as exc:
+        raise AttemptFailed(f"dropped the connection ({exc})", status=502, retryable=True) from exc
+    call = StreamCall(
+        base_url,
+        response,
+        response.aiter_lines(),
+        AnswerReader(is_chat=request.is_chat),
+        timeouts,
+        started + timeouts.total,
+    )
+    try:
+        await _check_status(call, first_deadline)
+        await _read_to_first_text(call, first_deadline)
+    except BaseException:
+        await call.aclose()
+        raise
+    return call
+
+
+async def _check_status(call: StreamCall, deadline: float) -> None:
+    status = call.response.status_code
+    if status == 200:
+        return
+    try:
+        async with asyncio.timeout_at(deadline):
+            detail = (await call.response.aread()).decode(errors="replace")
+    except (TimeoutError, httpx.TransportError):
+        detail = ""
+    if 400 <= status < 500:
+        raise UpstreamRejected(
+            _error_message(detail) or f"the upstream server answered {status}",
+            status=status if status in PASSED_ON_STATUSES else 400,
+            upstream=call.base_url,
+        )
+    raise AttemptFailed(
+        f"answered {status}: {_error_message(detail)[:200]}",
+        status=502,
+        retryable=status in RETRYABLE_STATUSES,
+    )
+
+
+async def _read_to_first_text(call: StreamCall, deadline: float) -> None:
+    try:
+        while not call.ended:
+            # Not `idle`: a long prompt's prefill may take most of `first_token`.
+            chunk = await call._next_chunk(min(deadline, call.total_deadline))
+            if chunk is not None:
+                call.first.append(chunk)
+                return
+    except TimeoutError as exc:
+        raise AttemptFailed("sent no token in time", status=504, retryable=False) from exc
+    except httpx.TransportError as exc:
+        raise AttemptFailed(f"dropped the connection ({exc})", status=502, retryable=True) from exc
+    except (MalformedStream, UpstreamStreamError) as exc:
+        raise AttemptFailed(f"sent a malformed stream: {exc}", status=502, retryable=False) from exc
+
+
+def _error_message(detail: str) -> str:
+    """OpenAI's `{"error": {"message": ...}}`, or the body's start."""
+    try:
+        parsed = json.loads(detail)
+    except ValueError:
+        return detail.strip()[:500]
+    error = parsed.get("error") if isinstance(parsed, dict) else None
+    if isinstance(error, dict) and error.get("message"):
+        return str(error["message"])
+    if isinstance(error, str):
+        return error
+    return detail.strip()[:500]
