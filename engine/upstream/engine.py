@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 
 import httpx
@@ -115,7 +115,7 @@ class UpstreamEngine:
             return self._local.count_text(text)
         return estimate_text_tokens(text)
 
-    async def stream(self, request: GenerationRequest) -> AsyncIterator[TokenDelta]:
+    async def stream(self, request: GenerationRequest) -> AsyncGenerator[TokenDelta, None]:
         upstream = upstream_request(self._config, request)
         state = await self._loop_state()
         call, endpoint = await self._open(state, upstream)
@@ -150,6 +150,15 @@ class UpstreamEngine:
                 asyncio.run_coroutine_threadsafe(state.client.aclose(), state.loop)
 
     # -- beyond the protocol --------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """`close` from the loop that ran the engine, waiting for the connections to close."""
+        state, self._state = self._state, None
+        if state is None:
+            return
+        if state.health is not None:
+            state.health.cancel()
+        await state.client.aclose()
 
     async def start(self) -> None:
         """Starts the health checks on the running loop and reads the context window from

@@ -1,0 +1,126 @@
+"""A tiny HTTP server on the test's event loop that misbehaves as upstreams do: hangs,
+stalls after its headers, sends malformed SSE, answers 503, or streams slowly. It records
+what it was sent and how many requests it held at once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Mode = Literal["hang", "stall", "garbage", "status_503", "stream", "error_mid_stream"]
+
+SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+
+
+def sse(event: dict[str, Any] | str) -> bytes:
+    data = event if isinstance(event, str) else json.dumps(event)
+    return f"data: {data}\n\n".encode()
+
+
+def chat_chunk(text: str, finish: str | None = None) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}]}
+
+
+@dataclass
+class FaultServer:
+    mode: Mode
+    chunks: int = 3
+    chunk_delay_s: float = 0.0
+    port: int = 0
+    bodies: list[dict[str, Any]] = field(default_factory=list)
+    active: int = 0
+    max_active: int = 0
+    client_closed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def posts(self) -> int:
+        return len(self.bodies)
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            lines = head.decode().split("\r\n")
+            method = lines[0].split()[0]
+            length = next(
+                (int(h.split(":")[1]) for h in lines if h.lower().startswith("content-length")),
+                0,
+            )
+            body = await reader.readexactly(length) if length else b""
+            if method == "GET":
+                if self.mode == "hang":
+                    await self._until_closed(reader)
+                    return
+                listing = b'{"object":"list","data":[]}'
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    + f"Content-Length: {len(listing)}\r\nConnection: close\r\n\r\n".encode()
+                    + listing
+                )
+                await writer.drain()
+                return
+            self.bodies.append(json.loads(body))
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+            try:
+                await self._answer(reader, writer)
+            finally:
+                self.active -= 1
+        except (ConnectionError, asyncio.IncompleteReadError):
+            self.client_closed.set()
+        finally:
+            writer.close()
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.mode == "hang":
+            await self._until_closed(reader)
+        elif self.mode == "stall":
+            writer.write(SSE_HEAD)
+            await writer.drain()
+            await self._until_closed(reader)
+        elif self.mode == "garbage":
+            writer.write(SSE_HEAD + b"data: {this is not json\n\n")
+        elif self.mode == "status_503":
+            error = b'{"error":{"message":"overloaded"}}'
+            writer.write(
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(error)}\r\nConnection: close\r\n\r\n".encode()
+                + error
+            )
+        else:
+            writer.write(SSE_HEAD)
+            for i in range(self.chunks):
+                writer.write(sse(chat_chunk(f"w{i} ")))
+                await writer.drain()
+                await asyncio.sleep(self.chunk_delay_s)
+            if self.mode == "error_mid_stream":
+                writer.write(sse({"error": {"message": "the model crashed"}}))
+            else:
+                writer.write(sse(chat_chunk("", "stop")))
+                usage = {"prompt_tokens": 7, "completion_tokens": self.chunks}
+                writer.write(sse({"choices": [], "usage": usage}) + sse("[DONE]"))
+        await writer.drain()
+
+    async def _until_closed(self, reader: asyncio.StreamReader) -> None:
+        while await reader.read(1024):
+            pass
+        self.client_closed.set()
+
+
+@asynccontextmanager
+async def fault_server(mode: Mode, **options: Any) -> AsyncIterator[FaultServer]:
+    """A `FaultServer` on a free port of 127.0.0.1 for the block's length."""
+    server = FaultServer(mode, **options)
+    listener = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+    server.port = listener.sockets[0].getsockname()[1]
+    try:
+        yield server
+    finally:
+        listener.close()

@@ -1,0 +1,178 @@
+"""`UpstreamEngine` against upstreams that fail: hung, stalled, malformed, overloaded, slow."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from engine import GenerationRequest, SamplingParams, UpstreamTimeouts, UpstreamUnavailable
+from tests.engine.upstream.conftest import QUESTION, ask, collect, open_engine, upstream_config
+from tests.engine.upstream.fault_server import fault_server
+from tests.support.llama_server import LlamaServer
+
+SHORT = UpstreamTimeouts(connect=1.0, first_token=0.5, idle=0.5, total=10.0)
+
+
+def test_a_hung_upstream_is_a_504_within_the_first_token_timeout() -> None:
+    async def scenario() -> None:
+        async with fault_server("hang") as hung:
+            config = upstream_config(hung.base_url, timeouts=SHORT, max_retries=0)
+            async with open_engine(config) as engine:
+                started = time.monotonic()
+                with pytest.raises(UpstreamUnavailable) as caught:
+                    await collect(engine, ask())
+                elapsed = time.monotonic() - started
+            await asyncio.wait_for(hung.client_closed.wait(), 1)
+        assert caught.value.status == 504
+        assert 0.5 <= elapsed < 1.0
+
+    asyncio.run(scenario())
+
+
+def test_a_hung_first_url_fails_over_to_the_next(llama_server: LlamaServer) -> None:
+    async def scenario() -> str:
+        async with fault_server("hang") as hung:
+            config = upstream_config(hung.base_url, llama_server.base_url, timeouts=SHORT)
+            async with open_engine(config) as engine:
+                return (await collect(engine, ask()))[-1].served_by
+
+    assert asyncio.run(scenario()) == llama_server.base_url
+
+
+def test_a_stall_after_the_headers_is_a_504_and_not_retried() -> None:
+    async def scenario() -> None:
+        async with fault_server("stall") as stalled:
+            config = upstream_config(stalled.base_url, timeouts=SHORT, max_retries=2)
+            async with open_engine(config) as engine:
+                with pytest.raises(UpstreamUnavailable) as caught:
+                    await collect(engine, ask())
+            assert caught.value.status == 504
+            assert stalled.posts == 1  # bytes came back: the upstream may be generating
+
+    asyncio.run(scenario())
+
+
+def test_malformed_sse_is_a_502_and_not_retried() -> None:
+    async def scenario() -> None:
+        async with fault_server("garbage") as garbled:
+            config = upstream_config(garbled.base_url, max_retries=2)
+            async with open_engine(config) as engine:
+                with pytest.raises(UpstreamUnavailable, match="malformed") as caught:
+                    await collect(engine, ask())
+            assert caught.value.status == 502
+            assert garbled.posts == 1
+
+    asyncio.run(scenario())
+
+
+def test_an_error_event_mid_stream_is_a_502_after_the_text() -> None:
+    async def scenario() -> None:
+        async with fault_server("error_mid_stream", chunks=2) as failing:
+            async with open_engine(upstream_config(failing.base_url)) as engine:
+                texts: list[str] = []
+                with pytest.raises(UpstreamUnavailable, match="crashed") as caught:
+                    async for delta in engine.stream(ask()):
+                        texts.append(delta.text)
+            assert texts == ["w0 ", "w1 "]
+            assert caught.value.status == 502
+
+    asyncio.run(scenario())
+
+
+def test_a_503_upstream_is_retried_then_a_502() -> None:
+    async def scenario() -> None:
+        async with fault_server("status_503") as busy:
+            config = upstream_config(busy.base_url, max_retries=2)
+            async with open_engine(config) as engine:
+                with pytest.raises(UpstreamUnavailable, match="overloaded") as caught:
+                    await collect(engine, ask())
+            assert caught.value.status == 502
+            assert busy.posts == 3
+
+    asyncio.run(scenario())
+
+
+def test_the_circuit_opens_after_repeated_failures_and_recovers() -> None:
+    async def scenario() -> None:
+        async with fault_server("status_503") as flaky:
+            config = upstream_config(
+                flaky.base_url, max_retries=0, circuit_failures=2, circuit_reset_s=0.3
+            )
+            async with open_engine(config) as engine:
+                for _ in range(2):
+                    with pytest.raises(UpstreamUnavailable):
+                        await collect(engine, ask())
+                with pytest.raises(UpstreamUnavailable, match="circuit open") as caught:
+                    await collect(engine, ask())
+                assert caught.value.status == 503 and caught.value.retry_after_s > 0
+                assert flaky.posts == 2  # the open circuit sent nothing
+
+                await asyncio.sleep(0.35)
+                with pytest.raises(UpstreamUnavailable):  # the trial fails: open again
+                    await collect(engine, ask())
+                with pytest.raises(UpstreamUnavailable, match="circuit open"):
+                    await collect(engine, ask())
+                assert flaky.posts == 3
+
+                flaky.mode = "stream"
+                await asyncio.sleep(0.35)
+                assert (await collect(engine, ask()))[-1].served_by == flaky.base_url
+                assert (await collect(engine, ask()))[-1].finish_reason == "stop"
+                assert flaky.posts == 5
+
+    asyncio.run(scenario())
+
+
+def test_closing_the_stream_closes_the_upstream_connection() -> None:
+    async def scenario() -> None:
+        async with (
+            fault_server("stream", chunks=50, chunk_delay_s=0.05) as slow,
+            open_engine(upstream_config(slow.base_url)) as engine,
+        ):
+            stream = engine.stream(ask())
+            assert (await anext(stream)).text == "w0 "
+            await stream.aclose()
+            await asyncio.wait_for(slow.client_closed.wait(), 1)
+
+    asyncio.run(scenario())
+
+
+def test_the_concurrency_cap_holds_requests_to_one_url() -> None:
+    async def scenario() -> None:
+        async with fault_server("stream", chunks=3, chunk_delay_s=0.05) as slow:
+            config = upstream_config(slow.base_url, max_concurrency=2)
+            async with open_engine(config) as engine:
+                answers = await asyncio.gather(*(collect(engine, ask()) for _ in range(5)))
+            assert all(a[-1].completion_tokens == 3 and a[-1].prompt_tokens == 7 for a in answers)
+            assert slow.posts == 5
+            assert slow.max_active == 2
+
+    asyncio.run(scenario())
+
+
+def test_the_request_body_carries_what_is_forwarded() -> None:
+    sampling = SamplingParams(
+        max_tokens=5, temperature=0.7, top_p=0.9, seed=3, top_k=20, stop=("END",),
+        presence_penalty=0.5,
+    )  # fmt: skip
+
+    async def scenario() -> None:
+        async with fault_server("stream") as recorder:
+            salted = upstream_config(recorder.base_url, forward_cache_salt=True)
+            async with open_engine(salted) as engine:
+                await collect(engine, GenerationRequest("r", QUESTION, sampling, cache_salt="a"))
+            async with open_engine(upstream_config(recorder.base_url)) as engine:
+                await collect(engine, GenerationRequest("r", QUESTION, cache_salt="b"))
+        body, unsalted = recorder.bodies
+        assert body["model"] == "smollm2" and body["stream"] is True
+        assert body["stream_options"] == {"include_usage": True}
+        assert body["messages"] == [{"role": "user", "content": "Name three colours."}]
+        assert (body["max_tokens"], body["temperature"], body["top_p"]) == (5, 0.7, 0.9)
+        assert (body["seed"], body["top_k"], body["stop"]) == (3, 20, ["END"])
+        assert body["presence_penalty"] == 0.5 and "frequency_penalty" not in body
+        assert body["cache_salt"] == "a"
+        assert "cache_salt" not in unsalted
+
+    asyncio.run(scenario())
