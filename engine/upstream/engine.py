@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass
 
 import httpx
 import structlog
@@ -35,6 +34,7 @@ from engine.types import (
 from engine.upstream.config import UpstreamConfig
 from engine.upstream.endpoints import Endpoint, EndpointPool
 from engine.upstream.health import check_health, watch_health
+from engine.upstream.loop_resources import LoopResources
 from engine.upstream.request_body import UpstreamRequest, upstream_request
 from engine.upstream.server_info import ServerInfo, read_server_info
 from engine.upstream.stream_call import AttemptFailed, StreamCall, open_stream
@@ -51,15 +51,8 @@ log = structlog.get_logger(__name__)
 # When neither the config nor the upstream says: the smallest window of the models such
 # a gateway fronts, so that a context check never admits more than the server takes.
 DEFAULT_CONTEXT_WINDOW = 4096
-
-
-@dataclass(slots=True)
-class _LoopState:
-    """What belongs to one event loop: the HTTP client and the health task."""
-
-    loop: asyncio.AbstractEventLoop
-    client: httpx.AsyncClient
-    health: asyncio.Task[None] | None = None
+# The pause before trying a URL that already failed this request, times the attempt.
+RETRY_BACKOFF_S = 0.05
 
 
 class UpstreamEngine:
@@ -79,7 +72,8 @@ class UpstreamEngine:
         if config.tokenizer == "local" and self._local is None:
             raise ValueError(f"model {config.model_id!r}: tokenizer local needs tokenizer_path")
         self._info: ServerInfo | None = None
-        self._state: _LoopState | None = None
+        self._state: LoopResources | None = None
+        self._closed = False
 
     # -- the Engine protocol --------------------------------------------------------------
 
@@ -118,47 +112,40 @@ class UpstreamEngine:
     async def stream(self, request: GenerationRequest) -> AsyncGenerator[TokenDelta, None]:
         upstream = upstream_request(self._config, request)
         state = await self._loop_state()
-        call, endpoint = await self._open(state, upstream)
+        state.begin_stream()
         try:
-            async for chunk in call.chunks():
-                yield self._delta(call, chunk.text, chunk.logprobs)
-            yield self._delta(call, "", (), last=True)
-        except UpstreamUnavailable:
-            endpoint.breaker.record_failure()
-            raise
+            call, endpoint = await self._open(state, upstream)
+            try:
+                async for chunk in call.chunks():
+                    yield self._delta(call, chunk.text, chunk.logprobs)
+                yield self._delta(call, "", (), last=True)
+            except UpstreamUnavailable:
+                endpoint.breaker.record_failure()
+                raise
+            finally:
+                # Closing an unread response drops the connection: the upstream aborts.
+                await call.aclose()
+                endpoint.slots.release()
         finally:
-            # Closing an unread response drops the connection: the upstream aborts.
-            await call.aclose()
-            endpoint.slots.release()
+            await state.end_stream()
 
     def close(self) -> None:
-        """Stops the health checks and closes the connections (on the loop that owns
-        them, if it still runs)."""
+        """Stops the health checks; the connections close once the streams in flight end.
+        A closed engine takes no new request."""
+        self._closed = True
         state, self._state = self._state, None
-        if state is None:
-            return
-        if state.health is not None:
-            state.health.cancel()
-        if not state.loop.is_closed():
-            try:
-                running = asyncio.get_running_loop()
-            except RuntimeError:
-                running = None
-            if running is state.loop:
-                state.loop.create_task(state.client.aclose())
-            elif state.loop.is_running():
-                asyncio.run_coroutine_threadsafe(state.client.aclose(), state.loop)
+        if state is not None:
+            state.shut_soon()
 
     # -- beyond the protocol --------------------------------------------------------------
 
     async def aclose(self) -> None:
-        """`close` from the loop that ran the engine, waiting for the connections to close."""
+        """`close`, awaited on the engine's loop (the client closes before it returns when
+        no stream is in flight)."""
+        self._closed = True
         state, self._state = self._state, None
-        if state is None:
-            return
-        if state.health is not None:
-            state.health.cancel()
-        await state.client.aclose()
+        if state is not None:
+            await state.shut()
 
     async def start(self) -> None:
         """Starts the health checks on the running loop and reads the context window from
@@ -190,13 +177,13 @@ class UpstreamEngine:
     # -- internals ------------------------------------------------------------------------
 
     async def _open(
-        self, state: _LoopState, upstream: UpstreamRequest
+        self, state: LoopResources, upstream: UpstreamRequest
     ) -> tuple[StreamCall, Endpoint]:
         """An open stream on the first endpoint that answers, holding one of its slots."""
         tried: set[str] = set()
         failure: AttemptFailed | None = None
         last_url = self._pool.endpoints[0].url
-        for _ in range(1 + self._config.max_retries):
+        for attempt in range(1 + self._config.max_retries):
             endpoint = self._pool.next_endpoint(tried)
             if endpoint is None:
                 raise UpstreamUnavailable(
@@ -205,6 +192,8 @@ class UpstreamEngine:
                     upstream=last_url,
                     retry_after_s=self._pool.retry_after_s(),
                 )
+            if endpoint.url in tried:  # every URL failed once: give the servers a moment
+                await asyncio.sleep(RETRY_BACKOFF_S * attempt)
             tried.add(endpoint.url)
             last_url = endpoint.url
             await self._acquire_slot(endpoint)
@@ -277,21 +266,27 @@ class UpstreamEngine:
             served_by=call.base_url if last else "",
         )
 
-    async def _loop_state(self) -> _LoopState:
+    async def _loop_state(self) -> LoopResources:
         """The client and health task of the running loop, made on first use (the gateway
         runs one loop; a test may run several, each gets its own)."""
+        if self._closed:
+            raise UpstreamUnavailable(
+                f"The engine of {self.model_id} is closed (the models file was reloaded).",
+                status=503,
+                upstream=self._pool.endpoints[0].url,
+            )
         loop = asyncio.get_running_loop()
         if self._state is not None and self._state.loop is loop:
             return self._state
         if self._state is not None:
-            self.close()
+            self._state.shut_soon()
             self._pool.rebind_slots(self._config.max_concurrency)
         timeouts = self._config.timeouts
         client = httpx.AsyncClient(
             timeout=httpx.Timeout(timeouts.total, connect=timeouts.connect),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=32),
         )
-        state = _LoopState(loop, client)
+        state = LoopResources(loop, client)
         self._state = state
         state.health = loop.create_task(
             watch_health(self._check, self._pool.endpoints, self._config.health_interval_s),

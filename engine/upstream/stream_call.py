@@ -61,6 +61,8 @@ class StreamCall:
             try:
                 following = await self._next_chunk(deadline)
             except TimeoutError as exc:
+                if self.reader.finish_reason is not None:
+                    return  # the answer is whole; only the usage or [DONE] never came
                 raise self._failure("stopped sending (timed out mid-answer)", 504) from exc
             except (httpx.TransportError, MalformedStream, UpstreamStreamError) as exc:
                 raise self._failure(f"failed mid-answer: {exc}", 502) from exc

@@ -30,6 +30,7 @@ class FaultServer:
     mode: Mode
     chunks: int = 3
     chunk_delay_s: float = 0.0
+    healthy: bool = True
     port: int = 0
     bodies: list[dict[str, Any]] = field(default_factory=list)
     active: int = 0
@@ -59,8 +60,11 @@ class FaultServer:
                     await self._until_closed(reader)
                     return
                 listing = b'{"object":"list","data":[]}'
+                status = b"200 OK" if self.healthy else b"500 Internal Server Error"
                 writer.write(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"HTTP/1.1 "
+                    + status
+                    + b"\r\nContent-Type: application/json\r\n"
                     + f"Content-Length: {len(listing)}\r\nConnection: close\r\n\r\n".encode()
                     + listing
                 )

@@ -176,3 +176,53 @@ def test_the_request_body_carries_what_is_forwarded() -> None:
         assert "cache_salt" not in unsalted
 
     asyncio.run(scenario())
+
+
+def test_a_stream_that_goes_quiet_is_a_504_after_its_text() -> None:
+    async def scenario() -> None:
+        async with fault_server("stream", chunks=3, chunk_delay_s=0.8) as quiet:
+            async with open_engine(upstream_config(quiet.base_url, timeouts=SHORT)) as engine:
+                texts: list[str] = []
+                with pytest.raises(UpstreamUnavailable, match="timed out mid-answer") as caught:
+                    async for delta in engine.stream(ask()):
+                        texts.append(delta.text)
+            assert texts == ["w0 "]
+            assert caught.value.status == 504
+
+    asyncio.run(scenario())
+
+
+def test_requests_go_to_a_healthy_url_before_an_unhealthy_one() -> None:
+    async def scenario() -> None:
+        async with (
+            fault_server("stream", healthy=False) as sick,
+            fault_server("stream") as well,
+        ):
+            config = upstream_config(sick.base_url, well.base_url, health_interval_s=0.1)
+            async with open_engine(config) as engine:
+                await engine.start()
+                assert (await collect(engine, ask()))[-1].served_by == well.base_url
+                sick.healthy = True
+                await asyncio.sleep(0.3)
+                assert (await collect(engine, ask()))[-1].served_by == sick.base_url
+            assert (sick.posts, well.posts) == (1, 1)
+
+    asyncio.run(scenario())
+
+
+def test_closing_the_engine_lets_streams_in_flight_finish_and_refuses_new_ones() -> None:
+    async def scenario() -> None:
+        async with (
+            fault_server("stream", chunks=4, chunk_delay_s=0.05) as slow,
+            open_engine(upstream_config(slow.base_url)) as engine,
+        ):
+            stream = engine.stream(ask())
+            texts = [(await anext(stream)).text]
+            engine.close()  # as a hot reload does, on the loop
+            texts += [delta.text async for delta in stream]
+            assert texts == ["w0 ", "w1 ", "w2 ", "w3 ", ""]
+            with pytest.raises(UpstreamUnavailable, match="closed") as caught:
+                await collect(engine, ask())
+            assert caught.value.status == 503
+
+    asyncio.run(scenario())
