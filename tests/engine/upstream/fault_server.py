@@ -33,6 +33,7 @@ class FaultServer:
     healthy: bool = True
     port: int = 0
     bodies: list[dict[str, Any]] = field(default_factory=list)
+    authorizations: list[str] = field(default_factory=list)
     active: int = 0
     max_active: int = 0
     client_closed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -48,12 +49,13 @@ class FaultServer:
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await reader.readuntil(b"\r\n\r\n")
-            lines = head.decode().split("\r\n")
-            method = lines[0].split()[0]
-            length = next(
-                (int(h.split(":")[1]) for h in lines if h.lower().startswith("content-length")),
-                0,
-            )
+            request_line, *header_lines = head.decode().strip().split("\r\n")
+            method = request_line.split()[0]
+            headers = {
+                name.strip().lower(): value.strip()
+                for name, _, value in (line.partition(":") for line in header_lines)
+            }
+            length = int(headers.get("content-length", 0))
             body = await reader.readexactly(length) if length else b""
             if method == "GET":
                 if self.mode == "hang":
@@ -71,6 +73,7 @@ class FaultServer:
                 await writer.drain()
                 return
             self.bodies.append(json.loads(body))
+            self.authorizations.append(headers.get("authorization", ""))
             self.active += 1
             self.max_active = max(self.max_active, self.active)
             try:
