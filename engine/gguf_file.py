@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, dequantize
 from gguf.quants import quant_shape_to_byte_shape
 
@@ -57,9 +58,45 @@ class GGUFTensor:
     raw: npt.NDArray[np.generic]
 
     def to_numpy(self) -> npt.NDArray[np.float32]:
-        """The values in float32 (dequantized where the type is quantized)."""
+        """The values in float32 (dequantized where the type is quantized), by gguf-py."""
         values = dequantize(self.raw, self.kind)
         return np.asarray(values, dtype=np.float32).reshape(self.shape)
+
+    def to_tensor(self) -> torch.Tensor:
+        """The values as a new float32 tensor, equal to `to_numpy()`'s.
+
+        Q4_1 and Q8_0 (SmolLM2's) are dequantized by torch over the whole tensor, on every
+        core, with gguf-py's operations in gguf-py's order (so the same roundings); other
+        types by gguf-py.
+        """
+        dequantize_blocks = _TORCH_DEQUANTIZERS.get(self.kind)
+        if dequantize_blocks is None:
+            return torch.from_numpy(np.array(self.to_numpy(), dtype=np.float32))
+        blocks = torch.from_numpy(self.raw).view(-1, GGML_QUANT_SIZES[self.kind][1])
+        return dequantize_blocks(blocks).view(self.shape)
+
+
+def _half(blocks: torch.Tensor, start: int) -> torch.Tensor:
+    """The float16 at byte `start` of each block, as float32 `[blocks, 1]`."""
+    return blocks[:, start : start + 2].contiguous().view(torch.float16).float()
+
+
+def _q4_1(blocks: torch.Tensor) -> torch.Tensor:
+    """gguf-py's Q4_1: scale d, minimum m, then 32 nibbles (low halves first); d * q + m."""
+    packed = blocks[:, 4:]
+    nibbles = torch.cat((packed & 0x0F, packed >> 4), dim=1).float()
+    return (_half(blocks, 0) * nibbles) + _half(blocks, 2)
+
+
+def _q8_0(blocks: torch.Tensor) -> torch.Tensor:
+    """gguf-py's Q8_0: scale d, then 32 int8 values; q * d."""
+    return blocks[:, 2:].contiguous().view(torch.int8).float() * _half(blocks, 0)
+
+
+_TORCH_DEQUANTIZERS: dict[GGMLQuantizationType, Callable[[torch.Tensor], torch.Tensor]] = {
+    GGMLQuantizationType.Q4_1: _q4_1,
+    GGMLQuantizationType.Q8_0: _q8_0,
+}
 
 
 class _Cursor:
@@ -109,9 +146,11 @@ class GGUFFile:
 
     @classmethod
     def open(cls, path: Path) -> GGUFFile:
-        """Map `path` read-only; tensors are views of the map, read when first used."""
+        """Map `path`; tensors are views of the map, read when first used."""
         with path.open("rb") as file:
-            buffer = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+            # Copy-on-write: tensors can view it (torch wants writable memory); the file
+            # is never written.
+            buffer = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY)
         cursor = _Cursor(buffer)
         if buffer[:4] != _MAGIC:
             raise GGUFFormatError(f"{path} is not a GGUF file")

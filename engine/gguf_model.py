@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 import torch
 
 from engine.gguf_file import GGUFFile, MetadataValue
@@ -145,12 +143,12 @@ def hf_name(gguf_name: str) -> str | None:
     return f"model.layers.{index}.{_LAYER_TENSORS[part]}.{suffix}"
 
 
-def _unpermute(values: npt.NDArray[np.float32], heads: int) -> npt.NDArray[np.float32]:
+def _unpermute(values: torch.Tensor, heads: int) -> torch.Tensor:
     """llama.cpp's converter interleaves each head's rotary halves; undo it (as transformers
     does in `LlamaTensorProcessor._reverse_permute_weights`)."""
     dim = values.shape[0] // heads // 2
     rows = values.reshape(heads, dim, 2, *values.shape[1:])
-    return rows.swapaxes(2, 1).reshape(values.shape)
+    return rows.transpose(2, 1).reshape(values.shape).contiguous()
 
 
 def state_dict(gguf: GGUFFile, fields: TransformersFields, dtype: torch.dtype) -> dict[str, Any]:
@@ -162,13 +160,13 @@ def state_dict(gguf: GGUFFile, fields: TransformersFields, dtype: torch.dtype) -
         target = hf_name(name)
         if target is None:
             continue
-        values = tensor.to_numpy()
+        values = tensor.to_tensor()
         if fields.architecture in _PERMUTED_QK and heads is not None and kv_heads is not None:
             if ".attn_q." in name:
                 values = _unpermute(values, heads)
             elif ".attn_k." in name:
                 values = _unpermute(values, kv_heads)
-        tensors[target] = torch.from_numpy(np.array(values, dtype=np.float32)).to(dtype)
+        tensors[target] = values.to(dtype)
     return tensors
 
 

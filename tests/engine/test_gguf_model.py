@@ -65,7 +65,12 @@ def test_reader_reads_what_gguf_py_reads(tmp_path: Path) -> None:
         mine = ours.tensors[tensor.name]
         assert mine.kind == tensor.tensor_type
         assert np.array_equal(mine.raw, tensor.data)
-        assert np.array_equal(mine.to_numpy(), gguf.dequantize(tensor.data, tensor.tensor_type))
+        dequantized = np.array(gguf.dequantize(tensor.data, tensor.tensor_type)).reshape(
+            values.shape
+        )
+        assert np.array_equal(mine.to_numpy(), dequantized)
+        # torch's dequantization (Q4_1, Q8_0) rounds as gguf-py's does: bit for bit.
+        assert torch.equal(mine.to_tensor(), torch.from_numpy(dequantized)), tensor.name
         assert mine.to_numpy().shape == values.shape
     assert np.array_equal(ours.tensors["t.F32"].to_numpy(), values)
 
