@@ -74,6 +74,7 @@ class UpstreamEngine:
         self._info: ServerInfo | None = None
         self._state: LoopResources | None = None
         self._closed = False
+        self._tokenize_missing = False
 
     # -- the Engine protocol --------------------------------------------------------------
 
@@ -314,11 +315,17 @@ class UpstreamEngine:
     async def _ask_upstream(
         self, fallback: int, *, messages: Sequence[ChatMessage] | None = None, text: str = ""
     ) -> int:
+        """The upstream's count, or `fallback` when it cannot give one; a server without
+        `/tokenize` (a 404) is not asked again."""
+        if self._tokenize_missing:
+            return fallback
         state = await self._loop_state()
         endpoint = self._pool.next_endpoint(set())
-        if endpoint is None:
+        if endpoint is not None and self._info is None:
+            await self._check(endpoint)  # the body's shape depends on the server's kind
+        if endpoint is None or self._info is None:
             return fallback
-        is_llama_cpp = self._info.is_llama_cpp if self._info is not None else False
+        is_llama_cpp = self._info.is_llama_cpp
         try:
             if messages is not None:
                 return await upstream_prompt_tokens(
@@ -338,6 +345,8 @@ class UpstreamEngine:
                 is_llama_cpp,
             )
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            if isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code in (404, 405):
+                self._tokenize_missing = True
             log.warning("upstream_tokenize_failed", upstream=endpoint.url, reason=str(exc))
             return fallback
 

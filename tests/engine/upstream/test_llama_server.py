@@ -218,3 +218,15 @@ def test_an_upstream_killed_mid_stream_is_a_502_after_the_partial_text() -> None
 
         texts = asyncio.run(scenario())
     assert 3 <= len(texts) < 400 and all(texts)
+
+
+def test_an_exact_count_asked_first_learns_the_servers_kind(llama_server: LlamaServer) -> None:
+    async def scenario() -> tuple[int, int]:
+        config = upstream_config(llama_server.base_url, tokenizer="upstream")
+        async with open_engine(config) as engine:
+            first = await engine.exact_prompt_tokens(QUESTION)  # before any health check
+            used = (await collect(engine, ask()))[-1].prompt_tokens
+            return first, used
+
+    first, used = asyncio.run(scenario())
+    assert first == used
