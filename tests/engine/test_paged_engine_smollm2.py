@@ -93,7 +93,7 @@ def test_load_resolves_auto_weights_for_the_device(
         requested.append(dtype)
         return smollm2
 
-    monkeypatch.setattr(paged_engine, "load_pretrained", already_loaded)
+    monkeypatch.setattr(paged_engine, "load_model", already_loaded)
     config = EngineConfig(kv_cache_mb=16, weights="auto", num_threads=1)
     engine = PagedEngine.load(default_model_source(), device="cpu", config=config)
     try:
