@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from pathlib import Path
 import httpx
 
 from engine import default_model_source
-from tests.support.local_server import free_port
+from tests.support.local_server import free_port, wait_until_ready
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "scripts" / "build_llama_server.sh"
@@ -88,7 +87,7 @@ def running_llama_server(
     )
     server = LlamaServer(process, f"http://127.0.0.1:{port}")
     try:
-        _wait_for_health(server, startup_s)
+        wait_until_ready(server.root, startup_s, process, interval_s=0.2, probe="/health")
         yield server
     finally:
         if process.poll() is None:
@@ -98,17 +97,3 @@ def running_llama_server(
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(timeout=10)
-
-
-def _wait_for_health(server: LlamaServer, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise RuntimeError(f"llama-server exited with {server.process.returncode}")
-        try:
-            if httpx.get(f"{server.root}/health", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"llama-server was not healthy after {timeout_s:.0f} s")

@@ -37,15 +37,16 @@ def wait_until_ready(
     timeout_s: float,
     process: subprocess.Popen[Any] | None = None,
     interval_s: float = 0.5,
+    probe: str = "/readyz",
 ) -> None:
-    """Poll `/readyz` until it answers 200; RuntimeError when `timeout_s` passes first or
-    the server's `process` exits."""
+    """Poll `probe` (Bastion's `/readyz`, llama.cpp's `/health`) until it answers 200;
+    RuntimeError when `timeout_s` passes first or the server's `process` exits."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
-            raise RuntimeError(f"bastion serve exited with {process.returncode}")
+            raise RuntimeError(f"{base_url}: the server exited with {process.returncode}")
         try:
-            if httpx.get(f"{base_url}/readyz", timeout=2).status_code == 200:
+            if httpx.get(f"{base_url}{probe}", timeout=2).status_code == 200:
                 return
         except httpx.TransportError:
             pass
