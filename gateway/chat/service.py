@@ -257,12 +257,12 @@ class ChatService:
                 retrieval.cancel()
             raise
         entry.verdicts.extend(checked.verdicts)
-        if checked.blocking is not None or retrieval is None:
+        if checked.blocking is not None:
             if retrieval is not None:
                 retrieval.cancel()
-            blocking = checked.blocking or pii.verdict
             entry.outcome = "blocked"
-            raise guardrail_block(blocking.check, _reason(blocking))
+            raise guardrail_block(checked.blocking.check, _reason(checked.blocking))
+        assert retrieval is not None, "a blocking PII verdict blocks the whole check"
         chunks, dropped = await retrieval
         entry.verdicts.extend(dropped)
         return _Screened(list(checked.texts), dict(checked.restorable)), chunks
