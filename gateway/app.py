@@ -62,6 +62,7 @@ def create_app(
                 task.cancel()
             loaded: Services | None = app.state.get("services")
             if loaded is not None:
+                loaded.models.close()
                 loaded.engine.close()
             if owned_provider is not None:
                 owned_provider.shutdown()  # exports the spans still batched
@@ -123,3 +124,7 @@ async def _watch_policies(app: Litestar, settings: Settings) -> None:
             await asyncio.to_thread(services.policies.reload)
         except Exception:
             log.exception("policy.watch_failed")
+        try:  # the models file on the same beat; a bad edit keeps the last good one
+            await asyncio.to_thread(services.models.reload)
+        except Exception:
+            log.exception("models.watch_failed")

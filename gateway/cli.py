@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from gateway.commands import audit, db, guardrails, ingest, keys, policy, prepare, serve
+from gateway.commands import audit, db, guardrails, ingest, keys, models, policy, prepare, serve
 from gateway.log_config import configure_logging
 from gateway.settings import Settings
 
@@ -15,7 +15,7 @@ from gateway.settings import Settings
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bastion", description=__doc__)
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
-    for module in (serve, ingest, keys, db, audit, policy, guardrails, prepare):
+    for module in (serve, ingest, keys, db, audit, policy, models, guardrails, prepare):
         module.register(commands)
     return parser
 

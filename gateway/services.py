@@ -27,6 +27,7 @@ from gateway.audit.log import AuditLog
 from gateway.db.connection import make_db_engine, make_session_factory
 from gateway.db.migrations import upgrade_database
 from gateway.limits.rate_limit import RateLimiter, make_rate_limiter
+from gateway.models import ModelRegistry
 from gateway.policy.registry import PolicyRegistry
 from gateway.policy.runtime import PolicyRuntime, open_policies
 from gateway.settings import Settings
@@ -50,6 +51,7 @@ class Services:
     policies: PolicyRegistry[PolicyRuntime]
     audit: AuditLog
     limiter: RateLimiter
+    models: ModelRegistry  # the embedded `engine` and the models file's upstream engines
 
 
 def open_database(settings: Settings) -> sessionmaker[Session]:
@@ -122,6 +124,8 @@ def load_services(
         analyzer_loaded.result()  # the policies' PII checks take the analyzer built there
         policies = _timed("policies", open_policies, settings.policy_dir, request_embedder, audit)
         served = engine_loaded.result()
+    models = ModelRegistry(settings.models_file, served)
+    models.reload(actor="startup")
     services = Services(
         settings=settings,
         sessions=sessions,
@@ -131,6 +135,7 @@ def load_services(
         policies=policies,
         audit=audit,
         limiter=make_rate_limiter(settings.redis_url),
+        models=models,
     )
     return_freed_memory()
     log.info("gateway.services_ready", seconds=round(time.perf_counter() - started, 1))

@@ -32,6 +32,11 @@ class Settings(BaseSettings):
     policy_reload_seconds: float = Field(
         default=2.0, ge=0, description="How often to look for edited policies; 0 disables."
     )
+    models_file: Path | None = Field(
+        default=None,
+        description="YAML of upstream models (vLLM, NIM, llama-server...) served besides "
+        "the embedded one; hot-reloaded with the policies.",
+    )
     model_path: Path | None = Field(
         default=None, description="A .gguf file or HF folder; default: SmolLM2-135M-Instruct."
     )

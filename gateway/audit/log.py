@@ -30,6 +30,8 @@ class AuditEntry:
     end_user: str | None = None
     policy_version: str | None = None
     model: str | None = None
+    # The upstream server that answered (a base URL); None for the embedded engine.
+    upstream: str | None = None
     outcome: str = "error"
     status_code: int = 500
     error_code: str | None = None
@@ -56,7 +58,15 @@ class AuditEntry:
         values: dict[str, Any] = {
             name: getattr(self, name)
             for name in self.__dataclass_fields__
-            if name not in ("verdicts", "store_content", "prompt_text", "answer_text")
+            if name
+            not in (
+                "verdicts",
+                "store_content",
+                "prompt_text",
+                "answer_text",
+                "upstream",
+                "details",
+            )
         }
         return AuditRecord(
             **values
@@ -64,6 +74,9 @@ class AuditEntry:
                 "latency_ms": round(self.latency_ms, 3),
                 "engine_ms": round(self.engine_ms, 3),
                 "verdicts": [v.to_dict() for v in self.verdicts],
+                # In `details`, which the hash chain covers: no new column, so the records
+                # written before it verify as they did.
+                "details": self.details | ({"upstream": self.upstream} if self.upstream else {}),
                 "prompt_sha256": _sha256(self.prompt_text),
                 "answer_sha256": _sha256(self.answer_text),
                 "prompt_text": _kept(self.prompt_text, keep, seal),

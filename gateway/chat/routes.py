@@ -25,7 +25,7 @@ CHAT_PATH = "/v1/chat/completions"
 
 @get("/models", guards=[require_roles(CHAT_ROLES)], responses=errors())
 async def list_models(services: ServicesDep) -> ModelList:
-    return ModelList.of([services.engine.model_id])
+    return ModelList.of(services.models.model_ids())
 
 
 @post(
@@ -34,7 +34,7 @@ async def list_models(services: ServicesDep) -> ModelList:
     # Every request is audited once by the middleware, denials included.
     guards=[require_roles(CHAT_ROLES, audit_denials=False), admit_guard, require_json],
     middleware=[audit_every_request(CHAT_PATH)],
-    responses=errors(400, 404, 413, 415, 429),
+    responses=errors(400, 404, 413, 415, 429, 502, 504),
 )
 async def chat_completions(
     request: Request[Any, Any, Any],

@@ -18,7 +18,7 @@ from engine import (
     ChatMessage,
     ConstraintError,
     ContextLengthExceeded,
-    EngineOverloaded,
+    Engine,
     GenerationRequest,
     SamplingParams,
     TextLogprob,
@@ -37,10 +37,11 @@ from gateway.chat.schemas import (
 from gateway.chat.tool_stream import new_call_id
 from gateway.http.errors import ApiError, guardrail_block
 from gateway.http.model_requests import (
+    EngineRefusal,
     answer_budget,
-    check_model,
     context_error,
     engine_refusal,
+    model_engine,
 )
 from gateway.keys.store import KeyIdentity
 from gateway.limits.quotas import charge_tokens
@@ -85,6 +86,7 @@ class PreparedChat:
     completion_id: str
     created: int
     model: str
+    engine: Engine  # the engine serving `model`: embedded, or an upstream's
     choices: list[Choice]
     tools: list[ToolSpec]
     shape: OutputShape
@@ -165,15 +167,17 @@ class ChatService:
         """Check `body` against the policy, screen it, retrieve its sources and build the
         engine request; every check that refuses it raises `ApiError`."""
         policy = self._runtime.loaded.policy
-        self._record_request(body, entry)
-        self._check_model(body)
-        check_parameters(body, policy.model, self._services.engine.vocab_size)
+        engine = model_engine(self._services.models, body.model, policy.model)
+        self._record_request(body, entry, engine)
+        check_parameters(body, policy.model, engine.vocab_size)
         max_tokens = self._check_limits(body)
         tools = allowed_tools(body, policy.model)
         shape = output_shape(body, tools)
         check_client_schemas(body, tools, policy.structured_output)
         entry.details.update(shape.audit_details())
-        self._check_context([ChatMessage("user", m.text) for m in body.messages], max_tokens)
+        self._check_context(
+            engine, [ChatMessage("user", m.text) for m in body.messages], max_tokens
+        )
         screened, chunks = await self._screen_input(body, entry)
         messages = engine_messages(
             policy.model.system_prompt,
@@ -187,11 +191,12 @@ class ChatService:
         generation = self._generation(
             body, entry, messages, max_tokens, shape, policy.model.speculative_decoding
         )
-        self._check_context(generation.messages, max_tokens)
+        self._check_context(engine, generation.messages, max_tokens)
         return PreparedChat(
             completion_id=f"chatcmpl-{uuid.uuid4().hex}",
             created=int(time.time()),
-            model=self._services.engine.model_id,
+            model=engine.model_id,
+            engine=engine,
             choices=_choices(generation, body.n),
             tools=tools,
             shape=shape,
@@ -201,14 +206,13 @@ class ChatService:
             restorable=screened.restorable,
         )
 
-    def _record_request(self, body: ChatCompletionRequest, entry: AuditEntry) -> None:
+    def _record_request(
+        self, body: ChatCompletionRequest, entry: AuditEntry, engine: Engine
+    ) -> None:
         entry.policy_version = self._runtime.loaded.version
         note_policy(self._runtime.loaded)
-        entry.model = self._services.engine.model_id
+        entry.model = engine.model_id
         entry.end_user = body.user
-
-    def _check_model(self, body: ChatCompletionRequest) -> None:
-        check_model(body.model, self._services.engine.model_id)
 
     def _check_limits(self, body: ChatCompletionRequest) -> int:
         """The answer's token budget, once it and the temperature are within the policy."""
@@ -216,10 +220,10 @@ class ChatService:
         max_tokens = body.max_completion_tokens or body.max_tokens or limits.max_tokens
         return answer_budget(limits, max_tokens, body.temperature)
 
-    def _check_context(self, messages: Sequence[ChatMessage], max_tokens: int) -> None:
-        """Refuse a prompt that leaves no room for `max_tokens` in the context window;
+    @staticmethod
+    def _check_context(engine: Engine, messages: Sequence[ChatMessage], max_tokens: int) -> None:
+        """Refuse a prompt that leaves no room for `max_tokens` in `engine`'s context window;
         run once on the bare texts, before sources are added, and once on the prompt."""
-        engine = self._services.engine
         template = engine.count_prompt_tokens([ChatMessage(m.role, "") for m in messages])
         if prompt_token_bound(messages, template) + max_tokens <= engine.context_window:
             return  # most prompts: no tokenizing them on the event loop (4 ms with sources)
@@ -335,6 +339,8 @@ class ChatService:
                 chat.entry.prompt_tokens = delta.prompt_tokens
                 choice.cached_prompt_tokens = delta.cached_prompt_tokens
                 chat.entry.details["cached_prompt_tokens"] = chat.cached_prompt_tokens
+                if delta.served_by:
+                    chat.entry.upstream = delta.served_by
                 choice.completion_tokens = delta.completion_tokens
                 chat.entry.completion_tokens = sum(c.completion_tokens for c in chat.choices)
                 if delta.finish_reason is not None:
@@ -349,9 +355,9 @@ class ChatService:
     async def _engine_deltas(self, chat: PreparedChat, choice: Choice) -> AsyncIterator[TokenDelta]:
         """The engine's deltas; its refusals become API errors the client can act on."""
         try:
-            async for delta in self._services.engine.stream(choice.generation):
+            async for delta in chat.engine.stream(choice.generation):
                 yield delta
-        except (EngineOverloaded, ContextLengthExceeded) as exc:
+        except EngineRefusal as exc:
             raise engine_refusal(exc, "messages") from exc
         except ConstraintError as exc:
             param = "tools" if chat.shape.tool_mode != "none" else "response_format"

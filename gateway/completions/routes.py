@@ -30,7 +30,7 @@ COMPLETIONS_PATH = "/v1/completions"
     # Every request is audited once by the middleware, denials included.
     guards=[require_roles(CHAT_ROLES, audit_denials=False), admit_guard, require_json],
     middleware=[audit_every_request(COMPLETIONS_PATH, event="text_completion")],
-    responses=errors(400, 404, 413, 415, 429),
+    responses=errors(400, 404, 413, 415, 429, 502, 504),
 )
 async def completions(
     request: Request[Any, Any, Any],

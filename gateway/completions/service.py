@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from engine import (
     ContextLengthExceeded,
-    EngineOverloaded,
+    Engine,
     FinishReason,
     GenerationRequest,
     SamplingParams,
@@ -28,7 +28,13 @@ from gateway.completions.logprobs import LogprobGate
 from gateway.completions.merge import merged
 from gateway.completions.schemas import DEFAULT_MAX_TOKENS, CompletionRequest
 from gateway.http.errors import ApiError, guardrail_block
-from gateway.http.model_requests import answer_budget, check_model, context_error, engine_refusal
+from gateway.http.model_requests import (
+    EngineRefusal,
+    answer_budget,
+    context_error,
+    engine_refusal,
+    model_engine,
+)
 from gateway.keys.store import KeyIdentity
 from gateway.limits.quotas import charge_tokens
 from gateway.policy.runtime import PolicyRuntime
@@ -87,6 +93,7 @@ class PreparedCompletion:
     completion_id: str
     created: int
     model: str
+    engine: Engine  # the engine serving `model`: embedded, or an upstream's
     entry: AuditEntry
     choices: list[Choice]
     n: int
@@ -119,19 +126,18 @@ class CompletionService:
     async def prepare(self, body: CompletionRequest, entry: AuditEntry) -> PreparedCompletion:
         """Check `body` against the policy, screen its prompts and build one engine
         request per choice; every check that refuses it raises `ApiError`."""
-        engine = self._services.engine
         policy = self._runtime.loaded.policy
+        engine = model_engine(self._services.models, body.model, policy.model)
         entry.policy_version = self._runtime.loaded.version
         note_policy(self._runtime.loaded)
         entry.model = engine.model_id
         entry.end_user = body.user
-        check_model(body.model, engine.model_id)
         _refuse_unsupported(body)
         _check_choices(body, policy.model.max_choices)
         _check_token_ids(body, engine.vocab_size)
         requested = body.max_tokens or min(DEFAULT_MAX_TOKENS, policy.model.max_tokens)
         max_tokens = answer_budget(policy.model, requested, body.temperature)
-        self._check_context(body.prompts, max_tokens)
+        _check_context(engine, body.prompts, max_tokens)
         screened = await self._screen(body.prompts, entry)
         entry.store_content = policy.audit.store_content
         entry.prompt_text = _one_text([text for text, _ in screened])
@@ -139,6 +145,7 @@ class CompletionService:
             completion_id=f"cmpl-{uuid.uuid4().hex}",
             created=int(time.time()),
             model=engine.model_id,
+            engine=engine,
             entry=entry,
             choices=self._choices(
                 body, entry, screened, max_tokens, policy.model.speculative_decoding
@@ -148,16 +155,6 @@ class CompletionService:
             echo=body.echo,
             stream_window=policy.output.stream_window_chars,
         )
-
-    def _check_context(self, prompts: list[str], max_tokens: int) -> None:
-        """Refuse a prompt that leaves no room for `max_tokens`, before any check runs
-        on it; a redacted prompt that grows past the window is refused by the engine."""
-        engine = self._services.engine
-        for prompt in prompts:
-            tokens = engine.count_text_tokens(prompt)
-            if tokens + max_tokens > engine.context_window:
-                exceeded = ContextLengthExceeded(tokens, max_tokens, engine.context_window)
-                raise context_error(exceeded, PROMPT_PARAM)
 
     async def _screen(
         self, prompts: list[str], entry: AuditEntry
@@ -269,14 +266,16 @@ class CompletionService:
         become API errors the client can act on."""
         entry = prepared.entry
         try:
-            deltas = self._services.engine.stream(choice.generation)
+            deltas = prepared.engine.stream(choice.generation)
             async for delta in traced_deltas(deltas, choice.index):
                 choice.record(delta)
+                if delta.served_by:
+                    entry.upstream = delta.served_by
                 entry.prompt_tokens = prepared.prompt_tokens
                 entry.details["cached_prompt_tokens"] = prepared.cached_prompt_tokens
                 entry.completion_tokens = prepared.completion_tokens
                 yield delta
-        except (EngineOverloaded, ContextLengthExceeded) as exc:
+        except EngineRefusal as exc:
             raise engine_refusal(exc, PROMPT_PARAM) from exc
 
     async def finish(
@@ -341,6 +340,16 @@ def _check_choices(body: CompletionRequest, max_choices: int) -> None:
             param="n" if body.n > max_choices else PROMPT_PARAM,
             code="invalid_value",
         )
+
+
+def _check_context(engine: Engine, prompts: list[str], max_tokens: int) -> None:
+    """Refuse a prompt that leaves no room for `max_tokens` in `engine`'s window, before
+    any check runs on it; a redacted prompt that grows past it is refused by the engine."""
+    for prompt in prompts:
+        tokens = engine.count_text_tokens(prompt)
+        if tokens + max_tokens > engine.context_window:
+            exceeded = ContextLengthExceeded(tokens, max_tokens, engine.context_window)
+            raise context_error(exceeded, PROMPT_PARAM)
 
 
 def _check_token_ids(body: CompletionRequest, vocab_size: int) -> None:

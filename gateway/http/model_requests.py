@@ -3,9 +3,27 @@ refusals read to the client."""
 
 from __future__ import annotations
 
-from engine import ContextLengthExceeded, EngineOverloaded
+from engine import (
+    ContextLengthExceeded,
+    Engine,
+    EngineError,
+    EngineOverloaded,
+    UnsupportedParameter,
+    UpstreamRejected,
+    UpstreamUnavailable,
+)
 from gateway.http.errors import ApiError
+from gateway.models import ModelRegistry, UnknownModel
 from gateway.policy.schema import ModelLimits
+
+# What the engines refuse a request with, before or while they answer it.
+EngineRefusal = (
+    EngineOverloaded,
+    ContextLengthExceeded,
+    UpstreamUnavailable,
+    UpstreamRejected,
+    UnsupportedParameter,
+)
 
 
 def check_model(requested: str | None, served: str) -> None:
@@ -17,6 +35,24 @@ def check_model(requested: str | None, served: str) -> None:
             code="model_not_found",
             param="model",
         )
+
+
+def model_engine(models: ModelRegistry, requested: str | None, limits: ModelLimits) -> Engine:
+    """The engine serving `requested` (none: the default model), if this policy allows it."""
+    try:
+        engine = models.engine_for(requested)
+    except UnknownModel as exc:
+        raise ApiError(404, str(exc), code="model_not_found", param="model") from exc
+    allowed = limits.allowed_models
+    if allowed is not None and engine.model_id not in allowed:
+        raise ApiError(
+            403,
+            f"This key's policy does not allow the model '{engine.model_id}'. "
+            f"Allowed: {', '.join(allowed) or 'none'}.",
+            code="model_not_allowed",
+            param="model",
+        )
+    return engine
 
 
 def answer_budget(limits: ModelLimits, max_tokens: int, temperature: float) -> int:
@@ -39,9 +75,9 @@ def answer_budget(limits: ModelLimits, max_tokens: int, temperature: float) -> i
     return max_tokens
 
 
-def engine_refusal(exc: EngineOverloaded | ContextLengthExceeded, prompt_param: str) -> ApiError:
-    """The engine's refusal as the client can act on it: retry later, or shorten
-    `prompt_param` or `max_tokens`."""
+def engine_refusal(exc: EngineError, prompt_param: str) -> ApiError:
+    """The engine's refusal (one of `EngineRefusal`) as the client can act on it: retry
+    later, or shorten `prompt_param` or `max_tokens`, or drop a parameter."""
     if isinstance(exc, EngineOverloaded):
         return ApiError(
             429,
@@ -50,7 +86,21 @@ def engine_refusal(exc: EngineOverloaded | ContextLengthExceeded, prompt_param: 
             code="engine_overloaded",
             headers={"retry-after": str(max(1, round(exc.retry_after_s)))},
         )
-    return context_error(exc, prompt_param)
+    if isinstance(exc, UpstreamUnavailable):
+        return ApiError(
+            exc.status,
+            str(exc),
+            type="server_error",
+            code="upstream_unavailable" if exc.status != 504 else "upstream_timeout",
+            headers={"retry-after": str(max(1, round(exc.retry_after_s)))},
+        )
+    if isinstance(exc, UpstreamRejected):
+        return ApiError(exc.status, str(exc), code="upstream_rejected")
+    if isinstance(exc, UnsupportedParameter):
+        return ApiError(400, str(exc), param=exc.param, code="unsupported_parameter")
+    if isinstance(exc, ContextLengthExceeded):
+        return context_error(exc, prompt_param)
+    return ApiError(500, str(exc), type="server_error")
 
 
 def context_error(exc: ContextLengthExceeded, prompt_param: str) -> ApiError:

@@ -20,7 +20,10 @@ _DESCRIPTIONS = {
     429: "A rate limit or quota was reached.",
     431: "The request's headers are over the size limit.",
     500: "The server failed; the request is audited.",
-    503: "Bastion is still loading, or cannot write its audit log.",
+    502: "The model's upstream server failed or answered malformed.",
+    503: "Bastion is still loading, cannot write its audit log, or no upstream server of "
+    "the model is reachable.",
+    504: "The model's upstream server did not answer in time.",
 }
 
 

@@ -7,15 +7,14 @@ SHA-256 over the bytes of the file and of every file it extends.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, get_args, get_origin
+from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from gateway.yaml_file import FileIssue, YamlFileError, YamlSource, issue_at, locate, read_yaml
 from guardrails.config import InputGuardrailsConfig, OutputGuardrailsConfig
 
 
@@ -48,6 +47,11 @@ class ModelLimits(_Strict):
     allow_tools: bool = True
     allowed_tools: list[str] | None = Field(
         default=None, description="Tool names a request may declare; null allows any."
+    )
+    allowed_models: list[str] | None = Field(
+        default=None,
+        description="Model ids (`model` in a request, as `/v1/models` lists them) this "
+        "policy's callers may use; null allows every served model.",
     )
     speculative_decoding: bool = Field(
         default=True,
@@ -163,34 +167,12 @@ class LoadedPolicy:
     path: Path
 
 
-@dataclass(frozen=True, slots=True)
-class PolicyIssue:
-    line: int | None
-    column: int | None
-    field: str
-    message: str
-    path: Path | None = None
-
-    def __str__(self) -> str:
-        where = f"line {self.line}, column {self.column}" if self.line else "(no position)"
-        return f"{where}: {self.field}: {self.message}"
+# A problem in a policy file, and the error that lists them (shared with the models file).
+PolicyIssue = FileIssue
 
 
-class PolicyError(ValueError):
+class PolicyError(YamlFileError):
     """A policy file that cannot be used, with every problem located in its file."""
-
-    def __init__(self, path: Path, issues: list[PolicyIssue]) -> None:
-        self.path = path
-        self.issues = issues
-        super().__init__("\n".join(f"{issue.path or path}: {issue}" for issue in issues))
-
-
-@dataclass(frozen=True, slots=True)
-class _Source:
-    path: Path
-    raw: bytes
-    data: dict[str, Any]
-    root: yaml.Node | None
 
 
 def load_policy(path: Path) -> LoadedPolicy:
@@ -203,7 +185,7 @@ def load_policy(path: Path) -> LoadedPolicy:
     try:
         policy = Policy.model_validate(merged)
     except ValidationError as exc:
-        raise PolicyError(path, [_locate(chain, err) for err in exc.errors()]) from exc
+        raise PolicyError(path, [locate(chain, err, Policy) for err in exc.errors()]) from exc
     digest = hashlib.sha256()
     for source in chain:
         digest.update(hashlib.sha256(source.raw).digest())
@@ -218,9 +200,9 @@ def policy_json_schema() -> dict[str, Any]:
     return schema
 
 
-def _read_chain(path: Path) -> list[_Source]:
+def _read_chain(path: Path) -> list[YamlSource]:
     """The file and its ancestors, child first; cycles and missing parents are errors."""
-    chain: list[_Source] = []
+    chain: list[YamlSource] = []
     seen: set[Path] = set()
     current: Path | None = path
     while current is not None:
@@ -228,40 +210,21 @@ def _read_chain(path: Path) -> list[_Source]:
         if resolved in seen:
             raise PolicyError(path, [PolicyIssue(None, None, "extends", "extends itself (cycle)")])
         seen.add(resolved)
-        source = _read(current)
+        source = read_yaml(current, PolicyError)
         chain.append(source)
         parent = source.data.get("extends")
         if parent is None:
             current = None
         elif not isinstance(parent, str) or not parent:
-            raise PolicyError(current, [_issue_at(source, ("extends",), "must be a policy name")])
+            raise PolicyError(current, [issue_at(source, ("extends",), "must be a policy name")])
         else:
             current = current.parent / f"{parent}.yaml"
             if not current.is_file():
                 raise PolicyError(
                     source.path,
-                    [_issue_at(source, ("extends",), f"no policy named {parent!r} beside it")],
+                    [issue_at(source, ("extends",), f"no policy named {parent!r} beside it")],
                 )
     return chain
-
-
-def _read(path: Path) -> _Source:
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise PolicyError(path, [PolicyIssue(None, None, "(file)", str(exc), path)]) from exc
-    text = raw.decode("utf-8", errors="replace")
-    try:
-        data = yaml.safe_load(text)
-        root = yaml.compose(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark else None
-        column = mark.column + 1 if mark else None
-        raise PolicyError(path, [PolicyIssue(line, column, "(yaml)", str(exc), path)]) from exc
-    if not isinstance(data, dict):
-        raise PolicyError(path, [PolicyIssue(1, 1, "(root)", "expected a mapping", path)])
-    return _Source(path, raw, data, root)
 
 
 def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -272,113 +235,3 @@ def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any
         else:
             merged[key] = value
     return merged
-
-
-def _locate(chain: list[_Source], error: Any) -> PolicyIssue:
-    """Point at the error in the first file of the chain that holds that field."""
-    loc = tuple(error["loc"])
-    message = str(error["msg"])
-    if error["type"] == "extra_forbidden":
-        message = "unknown key" + _suggestion(loc)
-    elif error["type"] == "missing":
-        message = "required field is missing"
-    at_key = error["type"] == "extra_forbidden"
-    for source in chain:
-        if _node_at(source.root, loc) is not None:
-            return _issue_at(source, loc, message, at_key)
-    return _issue_at(chain[0], loc, message, at_key)
-
-
-def _issue_at(
-    source: _Source, loc: tuple[Any, ...], message: str, at_key: bool = False
-) -> PolicyIssue:
-    """Locate `loc` in the file: its value, or its key for an unknown key."""
-    field = ".".join(str(p) for p in loc) or "(root)"
-    node = (_key_node(source.root, loc) if at_key else None) or _nearest_node(source.root, loc)
-    if node is None:
-        return PolicyIssue(None, None, field, message, source.path)
-    return PolicyIssue(
-        node.start_mark.line + 1, node.start_mark.column + 1, field, message, source.path
-    )
-
-
-def _suggestion(loc: tuple[Any, ...]) -> str:
-    allowed = _fields_at(Policy, loc[:-1])
-    close = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
-    if close:
-        return f"; did you mean '{close[0]}'?"
-    return f"; expected one of: {', '.join(allowed)}" if allowed else ""
-
-
-def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    current: Any = model
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return []
-        field = current.model_fields.get(str(part))
-        if field is None:
-            return []
-        current = _model_in(field.annotation)
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return list(current.model_fields)
-    return []
-
-
-def _model_in(annotation: Any) -> Any:
-    """The BaseModel inside `X`, `list[X]` or `X | None`, if any."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    if get_origin(annotation) is not None:
-        for arg in get_args(annotation):
-            found = _model_in(arg)
-            if found is not None:
-                return found
-    return None
-
-
-def _child(node: yaml.Node | None, part: str | int) -> yaml.Node | None:
-    # PyYAML types a node's `value` as Any: a mapping holds (key, value) node pairs, a
-    # sequence holds nodes.
-    if isinstance(node, yaml.MappingNode):
-        pairs: list[tuple[yaml.Node, yaml.Node]] = node.value
-        for key, value in pairs:
-            if key.value == part:
-                return value
-    if isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-        items: list[yaml.Node] = node.value
-        return items[part]
-    return None
-
-
-def _node_at(root: yaml.Node | None, loc: tuple[Any, ...]) -> yaml.Node | None:
-    node = root
-    for part in loc:
-        node = _child(node, part)
-        if node is None:
-            return None
-    return node
-
-
-def _nearest_node(root: yaml.Node | None, loc: tuple[Any, ...]) -> yaml.Node | None:
-    node = root
-    for part in loc:
-        child = _child(node, part)
-        if child is None:
-            break
-        node = child
-    return node
-
-
-def _key_node(root: yaml.Node | None, loc: tuple[Any, ...]) -> yaml.Node | None:
-    """The key of the last path element, so that the error points at the key itself."""
-    if not loc or not isinstance(loc[-1], str):
-        return None
-    parent = _node_at(root, loc[:-1])
-    if isinstance(parent, yaml.MappingNode):
-        pairs: list[tuple[yaml.Node, yaml.Node]] = parent.value
-        for key, _ in pairs:
-            if key.value == loc[-1]:
-                return key
-    return None
