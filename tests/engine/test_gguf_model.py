@@ -15,7 +15,7 @@ from gguf import GGMLQuantizationType
 
 from engine import EngineConfig, PagedEngine, SamplingParams, default_model_source
 from engine.gguf_file import GGUFFile, GGUFFormatError
-from engine.gguf_model import is_direct, load_gguf_model
+from engine.gguf_model import UnsupportedGGUF, hf_name, is_direct, load_gguf_model
 from engine.model_source import load_model
 from tests.engine.conftest import token_ids
 
@@ -161,3 +161,12 @@ def test_load_model_reads_gguf_directly() -> None:
     model, tokenizer = load_model(default_model_source(), torch.float32)
     assert model.config.model_type == "llama" and tokenizer.vocab_size == 49152
     assert model.model.layers[0].self_attn.q_proj.weight.dtype == torch.float32
+
+
+def test_tensor_names_map_to_transformers_parameters() -> None:
+    assert hf_name("token_embd.weight") == "model.embed_tokens.weight"
+    assert hf_name("blk.7.attn_q.bias") == "model.layers.7.self_attn.q_proj.bias"
+    assert hf_name("blk.0.ffn_norm.weight") == "model.layers.0.post_attention_layernorm.weight"
+    assert hf_name("rope_freqs.weight") is None  # transformers computes them from the config
+    with pytest.raises(UnsupportedGGUF, match=r"blk\.0\.ffn_gate_exps\.weight"):
+        hf_name("blk.0.ffn_gate_exps.weight")  # a mixture of experts: transformers' loader
