@@ -42,6 +42,7 @@ from gateway.http.model_requests import (
     context_error,
     engine_refusal,
     model_engine,
+    refusing_upstream,
 )
 from gateway.keys.store import KeyIdentity
 from gateway.limits.quotas import charge_tokens
@@ -358,6 +359,7 @@ class ChatService:
             async for delta in chat.engine.stream(choice.generation):
                 yield delta
         except EngineRefusal as exc:
+            chat.entry.upstream = refusing_upstream(exc) or chat.entry.upstream
             raise engine_refusal(exc, "messages") from exc
         except ConstraintError as exc:
             param = "tools" if chat.shape.tool_mode != "none" else "response_format"

@@ -34,6 +34,7 @@ from gateway.http.model_requests import (
     context_error,
     engine_refusal,
     model_engine,
+    refusing_upstream,
 )
 from gateway.keys.store import KeyIdentity
 from gateway.limits.quotas import charge_tokens
@@ -276,6 +277,7 @@ class CompletionService:
                 entry.completion_tokens = prepared.completion_tokens
                 yield delta
         except EngineRefusal as exc:
+            entry.upstream = refusing_upstream(exc) or entry.upstream
             raise engine_refusal(exc, PROMPT_PARAM) from exc
 
     async def finish(

@@ -103,5 +103,10 @@ def engine_refusal(exc: EngineError, prompt_param: str) -> ApiError:
     return ApiError(500, str(exc), type="server_error")
 
 
+def refusing_upstream(exc: EngineError) -> str | None:
+    """The upstream server a refusal came from (for the audit record), if any."""
+    return exc.upstream if isinstance(exc, UpstreamUnavailable | UpstreamRejected) else None
+
+
 def context_error(exc: ContextLengthExceeded, prompt_param: str) -> ApiError:
     return ApiError(400, str(exc), param=prompt_param, code="context_length_exceeded")

@@ -1,0 +1,273 @@
+"""Bastion in front of a real llama-server: `/v1/models`, streamed chat with usage, input
+PII redacted before it leaves, the upstream named in the audit record, models a policy
+does not allow, an upstream that refuses connections, and an unknown model.
+
+The models file points at a recording proxy that forwards to llama-server, so the tests
+see exactly what left Bastion.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from openai import OpenAI
+from sqlalchemy import select
+
+from engine import PagedEngine
+from gateway.db.models import AuditRecord
+from gateway.keys.store import create_key
+from gateway.services import Services, load_services
+from gateway.settings import REPO_ROOT, Settings
+from tests.integration.conftest import RecordingEngine
+from tests.support.llama_server import MODEL_ALIAS, LlamaServer, running_llama_server
+from tests.support.local_server import free_port, serve_in_thread
+
+UPSTREAM_ID = "smol-upstream"
+REFUSING_ID = "refusing-upstream"
+REFUSED_URL = "http://127.0.0.1:9/v1"  # nothing listens there: connecting is refused at once
+EMAIL = "jane.roe@example.com"
+
+
+@dataclass
+class RecordingProxy:
+    """Forwards every request to llama-server and keeps the JSON bodies it was sent."""
+
+    target: str
+    server: ThreadingHTTPServer | None = None
+    bodies: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def base_url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def chat_bodies(self) -> list[dict[str, Any]]:
+        return [body for body in self.bodies if "messages" in body]
+
+
+def _handler(proxy: RecordingProxy) -> type[BaseHTTPRequestHandler]:
+    class Forward(BaseHTTPRequestHandler):
+        # HTTP/1.0: the answer ends when the connection closes, so SSE streams through.
+        def do_GET(self) -> None:
+            self._forward(None)
+
+        def do_POST(self) -> None:
+            raw = self.rfile.read(int(self.headers.get("content-length", 0)))
+            if raw:
+                proxy.bodies.append(json.loads(raw))
+            self._forward(raw)
+
+        def _forward(self, raw: bytes | None) -> None:
+            headers = {"content-type": "application/json"}
+            with httpx.stream(
+                self.command, proxy.target + self.path, content=raw, headers=headers, timeout=120
+            ) as answer:
+                self.send_response(answer.status_code)
+                self.send_header("content-type", answer.headers.get("content-type", ""))
+                self.end_headers()
+                for chunk in answer.iter_raw():
+                    self.wfile.write(chunk)
+                    self.wfile.flush()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Quiet: the tests read the recorded bodies instead."""
+
+    return Forward
+
+
+@pytest.fixture(scope="module")
+def llama_server() -> Iterator[LlamaServer]:
+    with running_llama_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def proxy(llama_server: LlamaServer) -> Iterator[RecordingProxy]:
+    recording = RecordingProxy(llama_server.root)
+    recording.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(recording))
+    thread = threading.Thread(target=recording.server.serve_forever, daemon=True)
+    thread.start()
+    yield recording
+    recording.server.shutdown()
+
+
+def models_file(path: Path, proxy_url: str) -> Path:
+    path.write_text(
+        f"""\
+models:
+  - id: {UPSTREAM_ID}
+    upstream:
+      base_urls: ["{proxy_url}"]
+      model: {MODEL_ALIAS}
+      timeouts: {{connect: 2, first_token: 60, idle: 30, total: 120}}
+      tokenizer: estimate
+  - id: {REFUSING_ID}
+    upstream:
+      base_urls: ["{REFUSED_URL}"]
+      model: {MODEL_ALIAS}
+      timeouts: {{connect: 1, first_token: 5, idle: 5, total: 10}}
+      context_window: 2048
+      tokenizer: estimate
+"""
+    )
+    return path
+
+
+@dataclass
+class UpstreamBastion:
+    base_url: str
+    services: Services
+    settings: Settings
+    client: OpenAI
+
+    def tenant_client(self, tenant: str) -> OpenAI:
+        secret, _ = create_key(self.services.sessions, tenant, "user")
+        return OpenAI(base_url=f"{self.base_url}/v1", api_key=secret, max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def bastion(
+    tmp_path_factory: pytest.TempPathFactory, chat_engine: PagedEngine, proxy: RecordingProxy
+) -> Iterator[UpstreamBastion]:
+    data_dir = tmp_path_factory.mktemp("bastion-upstream")
+    policy_dir = tmp_path_factory.mktemp("policies-upstream")
+    shutil.copy(REPO_ROOT / "policies" / "default.yaml", policy_dir / "default.yaml")
+    (policy_dir / "embedded-only.yaml").write_text(
+        f"name: embedded-only\napplies_to:\n  tenants: [embedded-only]\n"
+        f"model:\n  allowed_models: [{chat_engine.model_id}]\n"
+    )
+    settings = Settings(
+        data_dir=data_dir,
+        port=free_port(),
+        policy_dir=policy_dir,
+        policy_reload_seconds=0.2,
+        models_file=models_file(data_dir / "models.yaml", proxy.base_url),
+    )
+    services = load_services(settings, engine=RecordingEngine(chat_engine))
+    secret, _ = create_key(services.sessions, settings.default_tenant, "user")
+    with serve_in_thread(settings, services) as base_url:
+        client = OpenAI(base_url=f"{base_url}/v1", api_key=secret, max_retries=0, timeout=120)
+        yield UpstreamBastion(base_url, services, settings, client)
+
+
+def audit_row(bastion: UpstreamBastion, request_id: str) -> AuditRecord:
+    with bastion.services.sessions() as session:
+        query = select(AuditRecord).where(AuditRecord.request_id == request_id)
+        return session.scalars(query).one()
+
+
+def test_models_lists_the_embedded_and_every_upstream_model(
+    bastion: UpstreamBastion, chat_engine: PagedEngine
+) -> None:
+    ids = [model.id for model in bastion.client.models.list()]
+    assert ids == [chat_engine.model_id, UPSTREAM_ID, REFUSING_ID]
+
+
+def test_a_streamed_chat_to_the_upstream_returns_text_and_usage(
+    bastion: UpstreamBastion, proxy: RecordingProxy
+) -> None:
+    stream = bastion.client.chat.completions.create(
+        model=UPSTREAM_ID,
+        messages=[{"role": "user", "content": "Name three colours."}],
+        max_tokens=16,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    usage = chunks[-1].usage
+    assert text.strip()
+    assert chunks[0].model == UPSTREAM_ID
+    assert usage is not None and usage.prompt_tokens > 0 and 0 < usage.completion_tokens <= 16
+    sent = proxy.chat_bodies()[-1]
+    assert sent["model"] == MODEL_ALIAS and sent["stream"] is True
+
+
+def test_input_pii_is_redacted_before_it_leaves_and_the_audit_names_the_upstream(
+    bastion: UpstreamBastion, proxy: RecordingProxy
+) -> None:
+    before = len(proxy.chat_bodies())
+    response = bastion.client.chat.completions.with_raw_response.create(
+        model=UPSTREAM_ID,
+        messages=[{"role": "user", "content": f"Repeat my address: {EMAIL}"}],
+        max_tokens=12,
+        temperature=0,
+    )
+    completion = response.parse()
+    assert completion.model == UPSTREAM_ID
+    assert completion.usage is not None and completion.usage.completion_tokens > 0
+    sent = proxy.chat_bodies()[before:]
+    assert len(sent) == 1
+    sent_text = json.dumps(sent[0]["messages"])
+    assert "Repeat my address" in sent_text
+    assert EMAIL not in sent_text
+    request_id = response.headers["x-request-id"]
+    row = audit_row(bastion, request_id)
+    assert row.details["upstream"] == proxy.base_url
+    assert row.model == UPSTREAM_ID and row.status_code == 200
+
+
+def test_a_model_the_policy_does_not_allow_is_refused(
+    bastion: UpstreamBastion, proxy: RecordingProxy, chat_engine: PagedEngine
+) -> None:
+    client = bastion.tenant_client("embedded-only")
+    before = len(proxy.bodies)
+    with pytest.raises(openai.PermissionDeniedError) as caught:
+        client.chat.completions.create(
+            model=UPSTREAM_ID, messages=[{"role": "user", "content": "Hi"}], max_tokens=4
+        )
+    error = caught.value.body
+    assert isinstance(error, dict)
+    assert error["code"] == "model_not_allowed" and error["param"] == "model"
+    assert UPSTREAM_ID in error["message"]
+    assert len(proxy.bodies) == before  # nothing left Bastion
+    allowed = client.chat.completions.create(
+        model=chat_engine.model_id, messages=[{"role": "user", "content": "Hi"}], max_tokens=4
+    )
+    assert allowed.model == chat_engine.model_id
+
+
+def test_an_upstream_that_refuses_connections_is_a_503_with_retry_after(
+    bastion: UpstreamBastion,
+) -> None:
+    for stream in (False, True):
+        with pytest.raises(openai.InternalServerError) as caught:
+            bastion.client.chat.completions.create(
+                model=REFUSING_ID,
+                messages=[{"role": "user", "content": "Hi"}],
+                max_tokens=4,
+                stream=stream,
+            )
+        response = caught.value.response
+        assert response.status_code == 503
+        assert int(response.headers["retry-after"]) >= 1
+        error = response.json()["error"]
+        assert error["code"] == "upstream_unavailable" and error["type"] == "server_error"
+        assert "refused" in error["message"] or "circuit open" in error["message"]
+        row = audit_row(bastion, response.headers["x-request-id"])
+        assert (row.status_code, row.error_code) == (503, "upstream_unavailable")
+        assert row.details["upstream"] == REFUSED_URL
+    assert bastion.client.models.list()  # Bastion itself stays healthy
+
+
+def test_an_unknown_model_is_a_404_in_openais_shape(bastion: UpstreamBastion) -> None:
+    with pytest.raises(openai.NotFoundError) as caught:
+        bastion.client.chat.completions.create(
+            model="gpt-4", messages=[{"role": "user", "content": "Hi"}], max_tokens=4
+        )
+    error = caught.value.body
+    assert isinstance(error, dict) and error["code"] == "model_not_found"
+    assert UPSTREAM_ID in error["message"]
+    with pytest.raises(openai.NotFoundError):
+        bastion.client.completions.create(model="gpt-4", prompt="Hi", max_tokens=4)
