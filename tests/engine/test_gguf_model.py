@@ -11,12 +11,12 @@ import gguf
 import numpy as np
 import pytest
 import torch
+import transformers
 from gguf import GGMLQuantizationType
 
-from engine import EngineConfig, PagedEngine, SamplingParams, default_model_source
+from engine import EngineConfig, PagedEngine, SamplingParams, default_model_source, model_source
 from engine.gguf_file import GGUFFile, GGUFFormatError
 from engine.gguf_model import UnsupportedGGUF, hf_name, is_direct, load_gguf_model
-from engine.model_source import load_model
 from tests.engine.conftest import token_ids
 
 PROMPTS = ([1, 9690, 314, 253, 1345, 28, 4134, 198], [504, 3458, 282, 4944, 314, 216])
@@ -155,10 +155,17 @@ def test_served_smollm2_answers_as_on_transformers_weights(smollm2: tuple[Any, A
         reference.close()
 
 
-def test_load_model_reads_gguf_directly() -> None:
-    """The engine's loader takes the direct path for SmolLM2 (not transformers' GGUF loader,
-    which would take tens of seconds)."""
-    model, tokenizer = load_model(default_model_source(), torch.float32)
+def test_load_model_reads_gguf_directly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine's loader takes the direct path for SmolLM2: neither transformers' GGUF
+    loaders nor gguf-py's reader (seconds per parse) run."""
+
+    def refuse(*_: object, **__: object) -> None:
+        raise AssertionError("a slow GGUF loader was called")
+
+    monkeypatch.setattr(model_source, "load_pretrained", refuse)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", refuse)
+    monkeypatch.setattr(gguf, "GGUFReader", refuse)
+    model, tokenizer = model_source.load_model(default_model_source(), torch.float32)
     assert model.config.model_type == "llama" and tokenizer.vocab_size == 49152
     assert model.model.layers[0].self_attn.q_proj.weight.dtype == torch.float32
 
