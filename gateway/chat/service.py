@@ -39,6 +39,7 @@ from gateway.http.errors import ApiError, guardrail_block
 from gateway.http.model_requests import (
     EngineRefusal,
     answer_budget,
+    check_token_bias,
     context_error,
     engine_refusal,
     model_engine,
@@ -170,6 +171,7 @@ class ChatService:
         policy = self._runtime.loaded.policy
         engine = model_engine(self._services.models, body.model, policy.model)
         self._record_request(body, entry, engine)
+        check_token_bias(engine, bool(body.token_bias))
         check_parameters(body, policy.model, engine.vocab_size)
         max_tokens = self._check_limits(body)
         tools = allowed_tools(body, policy.model)

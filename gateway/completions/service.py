@@ -31,6 +31,7 @@ from gateway.http.errors import ApiError, guardrail_block
 from gateway.http.model_requests import (
     EngineRefusal,
     answer_budget,
+    check_token_bias,
     context_error,
     engine_refusal,
     model_engine,
@@ -135,6 +136,7 @@ class CompletionService:
         entry.end_user = body.user
         _refuse_unsupported(body)
         _check_choices(body, policy.model.max_choices)
+        check_token_bias(engine, bool(body.token_bias))
         _check_token_ids(body, engine.vocab_size)
         requested = body.max_tokens or min(DEFAULT_MAX_TOKENS, policy.model.max_tokens)
         max_tokens = answer_budget(policy.model, requested, body.temperature)

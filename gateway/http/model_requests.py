@@ -55,6 +55,19 @@ def model_engine(models: ModelRegistry, requested: str | None, limits: ModelLimi
     return engine
 
 
+def check_token_bias(engine: Engine, biased: bool) -> None:
+    """An engine without a vocabulary here (an upstream's: `vocab_size` 0) takes no
+    `logit_bias`, whose ids would name tokens of a tokenizer Bastion does not have."""
+    if biased and engine.vocab_size == 0:
+        raise ApiError(
+            400,
+            f"logit_bias is not supported for the model '{engine.model_id}': its token ids "
+            "are its upstream server's.",
+            param="logit_bias",
+            code="unsupported_parameter",
+        )
+
+
 def answer_budget(limits: ModelLimits, max_tokens: int, temperature: float) -> int:
     """`max_tokens`, once it and the temperature are within the policy."""
     if max_tokens > limits.max_tokens:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -34,6 +36,7 @@ from tests.support.local_server import free_port, serve_in_thread
 
 UPSTREAM_ID = "smol-upstream"
 REFUSING_ID = "refusing-upstream"
+DYING_ID = "dying-upstream"
 REFUSED_URL = "http://127.0.0.1:9/v1"  # nothing listens there: connecting is refused at once
 EMAIL = "jane.roe@example.com"
 
@@ -85,6 +88,52 @@ def _handler(proxy: RecordingProxy) -> type[BaseHTTPRequestHandler]:
     return Forward
 
 
+class DyingUpstream:
+    """An OpenAI-compatible server that streams a few chunks of an answer and then drops
+    the connection mid-body (chunked encoding left unterminated), as a crashed server does."""
+
+    CHUNK = {"choices": [{"index": 0, "delta": {"content": "Hello there, "}}]}
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.base_url = f"http://127.0.0.1:{self._listener.getsockname()[1]}/v1"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(connection,), daemon=True).start()
+
+    def _answer(self, connection: socket.socket) -> None:
+        with connection:
+            request = connection.recv(65536)
+            if not request.startswith(b"POST"):
+                body = b'{"object": "list", "data": [{"id": "m", "object": "model"}]}'
+                head = f"HTTP/1.1 200 OK\r\ncontent-length: {len(body)}\r\n"
+                connection.sendall(head.encode() + b"content-type: application/json\r\n\r\n" + body)
+                return
+            connection.sendall(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                b"transfer-encoding: chunked\r\n\r\n"
+            )
+            event = f"data: {json.dumps(self.CHUNK)}\n\n".encode()
+            for _ in range(12):
+                connection.sendall(f"{len(event):x}\r\n".encode() + event + b"\r\n")
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+@pytest.fixture(scope="module")
+def dying_upstream() -> Iterator[DyingUpstream]:
+    server = DyingUpstream()
+    yield server
+    server.close()
+
+
 @pytest.fixture(scope="module")
 def llama_server() -> Iterator[LlamaServer]:
     with running_llama_server() as server:
@@ -101,7 +150,7 @@ def proxy(llama_server: LlamaServer) -> Iterator[RecordingProxy]:
     recording.server.shutdown()
 
 
-def models_file(path: Path, proxy_url: str) -> Path:
+def models_file(path: Path, proxy_url: str, dying_url: str) -> Path:
     path.write_text(
         f"""\
 models:
@@ -115,6 +164,13 @@ models:
     upstream:
       base_urls: ["{REFUSED_URL}"]
       model: {MODEL_ALIAS}
+      timeouts: {{connect: 1, first_token: 5, idle: 5, total: 10}}
+      context_window: 2048
+      tokenizer: estimate
+  - id: {DYING_ID}
+    upstream:
+      base_urls: ["{dying_url}"]
+      model: m
       timeouts: {{connect: 1, first_token: 5, idle: 5, total: 10}}
       context_window: 2048
       tokenizer: estimate
@@ -137,7 +193,10 @@ class UpstreamBastion:
 
 @pytest.fixture(scope="module")
 def bastion(
-    tmp_path_factory: pytest.TempPathFactory, chat_engine: PagedEngine, proxy: RecordingProxy
+    tmp_path_factory: pytest.TempPathFactory,
+    chat_engine: PagedEngine,
+    proxy: RecordingProxy,
+    dying_upstream: DyingUpstream,
 ) -> Iterator[UpstreamBastion]:
     data_dir = tmp_path_factory.mktemp("bastion-upstream")
     policy_dir = tmp_path_factory.mktemp("policies-upstream")
@@ -151,7 +210,7 @@ def bastion(
         port=free_port(),
         policy_dir=policy_dir,
         policy_reload_seconds=0.2,
-        models_file=models_file(data_dir / "models.yaml", proxy.base_url),
+        models_file=models_file(data_dir / "models.yaml", proxy.base_url, dying_upstream.base_url),
     )
     services = load_services(settings, engine=RecordingEngine(chat_engine))
     secret, _ = create_key(services.sessions, settings.default_tenant, "user")
@@ -170,7 +229,7 @@ def test_models_lists_the_embedded_and_every_upstream_model(
     bastion: UpstreamBastion, chat_engine: PagedEngine
 ) -> None:
     ids = [model.id for model in bastion.client.models.list()]
-    assert ids == [chat_engine.model_id, UPSTREAM_ID, REFUSING_ID]
+    assert ids == [chat_engine.model_id, UPSTREAM_ID, REFUSING_ID, DYING_ID]
 
 
 def test_a_streamed_chat_to_the_upstream_returns_text_and_usage(
@@ -271,3 +330,86 @@ def test_an_unknown_model_is_a_404_in_openais_shape(bastion: UpstreamBastion) ->
     assert UPSTREAM_ID in error["message"]
     with pytest.raises(openai.NotFoundError):
         bastion.client.completions.create(model="gpt-4", prompt="Hi", max_tokens=4)
+
+
+def test_an_upstream_dying_mid_stream_ends_the_stream_with_an_error_event(
+    bastion: UpstreamBastion, dying_upstream: DyingUpstream
+) -> None:
+    response = bastion.client.chat.completions.with_raw_response.create(
+        model=DYING_ID,
+        messages=[{"role": "user", "content": "Greet me."}],
+        max_tokens=64,
+        stream=True,
+    )
+    assert response.http_response.status_code == 200  # the answer had begun
+    texts: list[str] = []
+    with pytest.raises(openai.APIError) as caught:
+        for chunk in response.parse():
+            if chunk.choices:
+                texts.append(chunk.choices[0].delta.content or "")
+    assert "Hello there" in "".join(texts)
+    error = caught.value.body
+    assert isinstance(error, dict) and error["code"] == "upstream_unavailable"
+    row = audit_row(bastion, response.headers["x-request-id"])
+    assert (row.outcome, row.status_code, row.error_code) == ("error", 502, "upstream_unavailable")
+    assert row.details["upstream"] == dying_upstream.base_url
+
+
+def test_completions_reach_the_upstream_and_logit_bias_is_refused_for_it(
+    bastion: UpstreamBastion, proxy: RecordingProxy
+) -> None:
+    before = len(proxy.bodies)
+    completion = bastion.client.completions.create(
+        model=UPSTREAM_ID, prompt=f"Mail {EMAIL} says", max_tokens=8, temperature=0
+    )
+    assert completion.model == UPSTREAM_ID and completion.choices[0].text
+    assert completion.usage is not None and completion.usage.completion_tokens > 0
+    sent = proxy.bodies[before:]
+    assert len(sent) == 1 and "Mail" in sent[0]["prompt"] and EMAIL not in sent[0]["prompt"]
+    with pytest.raises(openai.BadRequestError) as caught:
+        bastion.client.chat.completions.create(
+            model=UPSTREAM_ID,
+            messages=[{"role": "user", "content": "Hi"}],
+            max_tokens=4,
+            logit_bias={"42": 5},
+        )
+    error = caught.value.body
+    assert isinstance(error, dict)
+    assert (error["code"], error["param"]) == ("unsupported_parameter", "logit_bias")
+    assert len(proxy.bodies) == before + 1  # the refused one never left
+
+
+def test_a_models_file_edit_is_picked_up_and_a_bad_one_keeps_the_last_good(
+    bastion: UpstreamBastion, proxy: RecordingProxy
+) -> None:
+    path = bastion.settings.models_file
+    assert path is not None
+    original = path.read_text()
+    registry = bastion.services.models
+    failures = registry.reload_failures
+    try:
+        added = original + (
+            f'  - id: second-name\n    upstream:\n      base_urls: ["{proxy.base_url}"]\n'
+            f"      model: {MODEL_ALIAS}\n      tokenizer: estimate\n"
+        )
+        path.write_text(added)
+        wait_for(lambda: "second-name" in registry.model_ids())
+        answer = bastion.client.chat.completions.create(
+            model="second-name", messages=[{"role": "user", "content": "Hi"}], max_tokens=4
+        )
+        assert answer.model == "second-name"
+        path.write_text(added.replace("tokenizer: estimate\n", "tokenizr: estimate\n", 1))
+        wait_for(lambda: registry.reload_failures > failures)
+        assert registry.error is not None and "did you mean 'tokenizer'" in registry.error
+        ids = [model.id for model in bastion.client.models.list()]
+        assert "second-name" in ids and UPSTREAM_ID in ids
+    finally:
+        path.write_text(original)
+        wait_for(lambda: "second-name" not in registry.model_ids())
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "the models file was not reloaded"
+        time.sleep(0.05)
