@@ -126,5 +126,6 @@ async def _watch_policies(app: Litestar, settings: Settings) -> None:
             log.exception("policy.watch_failed")
         try:  # the models file on the same beat; a bad edit keeps the last good one
             await asyncio.to_thread(services.models.reload)
+            await services.models.start_new()
         except Exception:
             log.exception("models.watch_failed")

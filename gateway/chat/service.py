@@ -43,6 +43,7 @@ from gateway.http.model_requests import (
     context_error,
     engine_refusal,
     model_engine,
+    prompt_tokens,
     refusing_upstream,
 )
 from gateway.keys.store import KeyIdentity
@@ -178,9 +179,8 @@ class ChatService:
         shape = output_shape(body, tools)
         check_client_schemas(body, tools, policy.structured_output)
         entry.details.update(shape.audit_details())
-        self._check_context(
-            engine, [ChatMessage("user", m.text) for m in body.messages], max_tokens
-        )
+        bare = [ChatMessage("user", m.text) for m in body.messages]
+        await self._check_context(engine, bare, max_tokens, screened=False)
         screened, chunks = await self._screen_input(body, entry)
         messages = engine_messages(
             policy.model.system_prompt,
@@ -194,7 +194,7 @@ class ChatService:
         generation = self._generation(
             body, entry, messages, max_tokens, shape, policy.model.speculative_decoding
         )
-        self._check_context(engine, generation.messages, max_tokens)
+        await self._check_context(engine, generation.messages, max_tokens, screened=True)
         return PreparedChat(
             completion_id=f"chatcmpl-{uuid.uuid4().hex}",
             created=int(time.time()),
@@ -224,13 +224,20 @@ class ChatService:
         return answer_budget(limits, max_tokens, body.temperature)
 
     @staticmethod
-    def _check_context(engine: Engine, messages: Sequence[ChatMessage], max_tokens: int) -> None:
+    async def _check_context(
+        engine: Engine, messages: Sequence[ChatMessage], max_tokens: int, screened: bool
+    ) -> None:
         """Refuse a prompt that leaves no room for `max_tokens` in `engine`'s context window;
-        run once on the bare texts, before sources are added, and once on the prompt."""
+        run once on the bare texts, before sources are added, and once on the prompt. Only
+        `screened` (redacted) text may be counted by an upstream."""
         template = engine.count_prompt_tokens([ChatMessage(m.role, "") for m in messages])
         if prompt_token_bound(messages, template) + max_tokens <= engine.context_window:
             return  # most prompts: no tokenizing them on the event loop (4 ms with sources)
-        tokens = engine.count_prompt_tokens(messages)
+        tokens = (
+            await prompt_tokens(engine, messages)
+            if screened
+            else engine.count_prompt_tokens(messages)
+        )
         if tokens + max_tokens > engine.context_window:
             exceeded = ContextLengthExceeded(tokens, max_tokens, engine.context_window)
             raise context_error(exceeded, "messages")

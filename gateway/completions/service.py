@@ -350,6 +350,7 @@ def _check_context(engine: Engine, prompts: list[str], max_tokens: int) -> None:
     """Refuse a prompt that leaves no room for `max_tokens` in `engine`'s window, before
     any check runs on it; a redacted prompt that grows past it is refused by the engine."""
     for prompt in prompts:
+        # Counted here, never by the upstream: these are the prompts before redaction.
         tokens = engine.count_text_tokens(prompt)
         if tokens + max_tokens > engine.context_window:
             exceeded = ContextLengthExceeded(tokens, max_tokens, engine.context_window)

@@ -3,12 +3,16 @@ refusals read to the client."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from engine import (
+    ChatMessage,
     ContextLengthExceeded,
     Engine,
     EngineError,
     EngineOverloaded,
     UnsupportedParameter,
+    UpstreamEngine,
     UpstreamRejected,
     UpstreamUnavailable,
 )
@@ -53,6 +57,15 @@ def model_engine(models: ModelRegistry, requested: str | None, limits: ModelLimi
             param="model",
         )
     return engine
+
+
+async def prompt_tokens(engine: Engine, messages: Sequence[ChatMessage]) -> int:
+    """The prompt's tokens: the upstream's own count (`/tokenize`) where it has one, else
+    the engine's (exact in-process; a local tokenizer or the estimate upstream). Only for
+    text the input checks passed: the upstream sees what it is asked to count."""
+    if isinstance(engine, UpstreamEngine):
+        return await engine.exact_prompt_tokens(messages)
+    return engine.count_prompt_tokens(messages)
 
 
 def check_token_bias(engine: Engine, biased: bool) -> None:

@@ -60,6 +60,7 @@ class ModelRegistry:
         self._embedded = embedded
         self._build = build
         self._snapshot = _Snapshot()
+        self._unstarted: list[Engine] = []  # built by a reload, awaiting `start_new`
         self._reload_lock = threading.Lock()
         self.reload_failures = 0
         self.error: str | None = None
@@ -126,6 +127,19 @@ class ModelRegistry:
         )
         return True
 
+    async def start_new(self) -> None:
+        """Start the engines that reloads built, on the serving loop: their health checks
+        begin and each reads its context window from its upstream before a request needs
+        it (an engine nobody started starts on its first request)."""
+        pending, self._unstarted = self._unstarted, []
+        for engine in pending:
+            if not isinstance(engine, UpstreamEngine):
+                continue
+            try:
+                await engine.start()
+            except Exception:  # an upstream that is down at start is its health check's job
+                log.warning("models.start_failed", model=engine.model_id, exc_info=True)
+
     def close(self) -> None:
         """Close every upstream engine (the embedded one is the caller's)."""
         for engine in self._snapshot.upstreams.values():
@@ -138,7 +152,11 @@ class ModelRegistry:
         for config in loaded.upstreams:
             kept = old.upstreams.get(config.model_id)
             same = kept is not None and old.configs.get(config.model_id) == config
-            upstreams[config.model_id] = kept if same and kept else self._build(config)
+            if same and kept is not None:
+                upstreams[config.model_id] = kept
+            else:
+                upstreams[config.model_id] = self._build(config)
+                self._unstarted.append(upstreams[config.model_id])
             configs[config.model_id] = config
         return _Snapshot(loaded, upstreams, configs, fingerprint)
 

@@ -413,3 +413,21 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "the models file was not reloaded"
         time.sleep(0.05)
+
+
+def test_the_context_window_is_the_upstreams_and_a_long_prompt_never_leaves(
+    bastion: UpstreamBastion, proxy: RecordingProxy
+) -> None:
+    engine = bastion.services.models.engine_for(UPSTREAM_ID)
+    wait_for(lambda: engine.context_window == 1024)  # llama-server's 2048 over two slots
+    before = len(proxy.bodies)
+    with pytest.raises(openai.BadRequestError) as caught:
+        bastion.client.chat.completions.create(
+            model=UPSTREAM_ID,
+            messages=[{"role": "user", "content": "colour " * 600}],
+            max_tokens=400,
+        )
+    error = caught.value.body
+    assert isinstance(error, dict) and error["code"] == "context_length_exceeded"
+    assert "1024" in error["message"]
+    assert len(proxy.bodies) == before
