@@ -37,6 +37,7 @@ from tests.support.local_server import free_port, serve_in_thread
 UPSTREAM_ID = "smol-upstream"
 REFUSING_ID = "refusing-upstream"
 DYING_ID = "dying-upstream"
+LEAKY_ID = "leaky-upstream"
 REFUSED_URL = "http://127.0.0.1:9/v1"  # nothing listens there: connecting is refused at once
 EMAIL = "jane.roe@example.com"
 
@@ -88,13 +89,14 @@ def _handler(proxy: RecordingProxy) -> type[BaseHTTPRequestHandler]:
     return Forward
 
 
-class DyingUpstream:
-    """An OpenAI-compatible server that streams a few chunks of an answer and then drops
-    the connection mid-body (chunked encoding left unterminated), as a crashed server does."""
+class ScriptedUpstream:
+    """An OpenAI-compatible server that streams `texts` as an answer, then ends it (finish
+    reason, usage, `[DONE]`), or with `dies` drops the connection mid-body (the chunked
+    encoding left unterminated), as a crashed server does."""
 
-    CHUNK = {"choices": [{"index": 0, "delta": {"content": "Hello there, "}}]}
-
-    def __init__(self) -> None:
+    def __init__(self, texts: list[str], dies: bool) -> None:
+        self._texts = texts
+        self._dies = dies
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.base_url = f"http://127.0.0.1:{self._listener.getsockname()[1]}/v1"
         threading.Thread(target=self._serve, daemon=True).start()
@@ -119,17 +121,35 @@ class DyingUpstream:
                 b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
                 b"transfer-encoding: chunked\r\n\r\n"
             )
-            event = f"data: {json.dumps(self.CHUNK)}\n\n".encode()
-            for _ in range(12):
-                connection.sendall(f"{len(event):x}\r\n".encode() + event + b"\r\n")
+            events = [{"choices": [{"index": 0, "delta": {"content": t}}]} for t in self._texts]
+            if not self._dies:
+                events.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+                usage = {"prompt_tokens": 9, "completion_tokens": len(self._texts)}
+                events.append({"choices": [], "usage": usage | {"total_tokens": 9}})
+            lines = [f"data: {json.dumps(event)}\n\n" for event in events]
+            lines += [] if self._dies else ["data: [DONE]\n\n"]
+            for line in lines:
+                data = line.encode()
+                connection.sendall(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            if not self._dies:
+                connection.sendall(b"0\r\n\r\n")
 
     def close(self) -> None:
         self._listener.close()
 
 
 @pytest.fixture(scope="module")
-def dying_upstream() -> Iterator[DyingUpstream]:
-    server = DyingUpstream()
+def dying_upstream() -> Iterator[ScriptedUpstream]:
+    server = ScriptedUpstream(["Hello there, "] * 12, dies=True)
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def leaky_upstream() -> Iterator[ScriptedUpstream]:
+    server = ScriptedUpstream(
+        ["Write to ", "me at jane.", "roe@exam", "ple.com any", " time."], dies=False
+    )
     yield server
     server.close()
 
@@ -150,7 +170,7 @@ def proxy(llama_server: LlamaServer) -> Iterator[RecordingProxy]:
     recording.server.shutdown()
 
 
-def models_file(path: Path, proxy_url: str, dying_url: str) -> Path:
+def models_file(path: Path, proxy_url: str, dying_url: str, leaky_url: str) -> Path:
     path.write_text(
         f"""\
 models:
@@ -172,6 +192,12 @@ models:
       base_urls: ["{dying_url}"]
       model: m
       timeouts: {{connect: 1, first_token: 5, idle: 5, total: 10}}
+      context_window: 2048
+      tokenizer: estimate
+  - id: {LEAKY_ID}
+    upstream:
+      base_urls: ["{leaky_url}"]
+      model: m
       context_window: 2048
       tokenizer: estimate
 """
@@ -196,7 +222,8 @@ def bastion(
     tmp_path_factory: pytest.TempPathFactory,
     chat_engine: PagedEngine,
     proxy: RecordingProxy,
-    dying_upstream: DyingUpstream,
+    dying_upstream: ScriptedUpstream,
+    leaky_upstream: ScriptedUpstream,
 ) -> Iterator[UpstreamBastion]:
     data_dir = tmp_path_factory.mktemp("bastion-upstream")
     policy_dir = tmp_path_factory.mktemp("policies-upstream")
@@ -210,7 +237,12 @@ def bastion(
         port=free_port(),
         policy_dir=policy_dir,
         policy_reload_seconds=0.2,
-        models_file=models_file(data_dir / "models.yaml", proxy.base_url, dying_upstream.base_url),
+        models_file=models_file(
+            data_dir / "models.yaml",
+            proxy.base_url,
+            dying_upstream.base_url,
+            leaky_upstream.base_url,
+        ),
     )
     services = load_services(settings, engine=RecordingEngine(chat_engine))
     secret, _ = create_key(services.sessions, settings.default_tenant, "user")
@@ -229,7 +261,7 @@ def test_models_lists_the_embedded_and_every_upstream_model(
     bastion: UpstreamBastion, chat_engine: PagedEngine
 ) -> None:
     ids = [model.id for model in bastion.client.models.list()]
-    assert ids == [chat_engine.model_id, UPSTREAM_ID, REFUSING_ID, DYING_ID]
+    assert ids == [chat_engine.model_id, UPSTREAM_ID, REFUSING_ID, DYING_ID, LEAKY_ID]
 
 
 def test_a_streamed_chat_to_the_upstream_returns_text_and_usage(
@@ -333,7 +365,7 @@ def test_an_unknown_model_is_a_404_in_openais_shape(bastion: UpstreamBastion) ->
 
 
 def test_an_upstream_dying_mid_stream_ends_the_stream_with_an_error_event(
-    bastion: UpstreamBastion, dying_upstream: DyingUpstream
+    bastion: UpstreamBastion, dying_upstream: ScriptedUpstream
 ) -> None:
     response = bastion.client.chat.completions.with_raw_response.create(
         model=DYING_ID,
@@ -431,3 +463,39 @@ def test_the_context_window_is_the_upstreams_and_a_long_prompt_never_leaves(
     assert isinstance(error, dict) and error["code"] == "context_length_exceeded"
     assert "1024" in error["message"]
     assert len(proxy.bodies) == before
+
+
+def test_a_corpus_question_to_the_upstream_gets_its_sources_and_citations(
+    bastion: UpstreamBastion, proxy: RecordingProxy
+) -> None:
+    before = len(proxy.chat_bodies())
+    completion = bastion.client.chat.completions.create(
+        model=UPSTREAM_ID,
+        messages=[{"role": "user", "content": "How many days of paid vacation do employees get?"}],
+        max_tokens=16,
+        temperature=0,
+    )
+    citations = (completion.model_extra or {})["citations"]
+    assert any(c["source"].endswith("vacation-policy.md") for c in citations)
+    (sent,) = proxy.chat_bodies()[before:]
+    system = sent["messages"][0]
+    assert system["role"] == "system" and "[1]" in system["content"]
+    assert "27 days" in system["content"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_output_checks_read_the_upstreams_answer(
+    bastion: UpstreamBastion, stream: bool
+) -> None:
+    request = {
+        "model": LEAKY_ID,
+        "messages": [{"role": "user", "content": "How do I reach you?"}],
+        "max_tokens": 32,
+    }
+    if stream:
+        chunks = list(bastion.client.chat.completions.create(**request, stream=True))
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    else:
+        text = bastion.client.chat.completions.create(**request).choices[0].message.content or ""
+    assert text.startswith("Write to me at ") and text.endswith(" any time.")
+    assert EMAIL not in text and "roe@" not in text
