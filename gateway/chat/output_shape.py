@@ -9,10 +9,10 @@ engine may not constrain).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from engine import Constraint
+from engine import Constraint, Engine, UpstreamEngine
 from gateway.chat.schemas import (
     ChatCompletionRequest,
     NamedToolChoice,
@@ -79,6 +79,16 @@ def output_shape(body: ChatCompletionRequest, tools: list[ToolSpec]) -> OutputSh
             Constraint("json_object"), None, True, instruction="Answer with one JSON object."
         )
     return OutputShape()
+
+
+def shape_for(shape: OutputShape, engine: Engine) -> OutputShape:
+    """`shape` as `engine` can enforce it. An upstream server takes JSON constraints (as
+    `response_format`) but no structural tag: its tool calls come unconstrained, from the
+    tool prompt, and are validated afterwards as every call is."""
+    constraint = shape.constraint
+    if isinstance(engine, UpstreamEngine) and constraint and constraint.kind == "structural_tag":
+        return replace(shape, constraint=None)
+    return shape
 
 
 def tool_constraint(tools: list[ToolSpec], choice: object, parallel: bool) -> Constraint:

@@ -27,7 +27,7 @@ from engine import (
 from engine.tokenization import prompt_token_bound
 from gateway.audit.log import AuditEntry
 from gateway.chat.answer_check import check_json_answer
-from gateway.chat.output_shape import OutputShape, output_shape
+from gateway.chat.output_shape import OutputShape, output_shape, shape_for
 from gateway.chat.prompt import engine_messages
 from gateway.chat.request_checks import allowed_tools, check_client_schemas, check_parameters
 from gateway.chat.schemas import (
@@ -176,7 +176,7 @@ class ChatService:
         check_parameters(body, policy.model, engine.vocab_size)
         max_tokens = self._check_limits(body)
         tools = allowed_tools(body, policy.model)
-        shape = output_shape(body, tools)
+        shape = shape_for(output_shape(body, tools), engine)
         check_client_schemas(body, tools, policy.structured_output)
         entry.details.update(shape.audit_details())
         bare = [ChatMessage("user", m.text) for m in body.messages]

@@ -38,6 +38,8 @@ UPSTREAM_ID = "smol-upstream"
 REFUSING_ID = "refusing-upstream"
 DYING_ID = "dying-upstream"
 LEAKY_ID = "leaky-upstream"
+TOOL_ID = "tool-upstream"
+WEATHER_CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
 REFUSED_URL = "http://127.0.0.1:9/v1"  # nothing listens there: connecting is refused at once
 EMAIL = "jane.roe@example.com"
 
@@ -155,6 +157,13 @@ def leaky_upstream() -> Iterator[ScriptedUpstream]:
 
 
 @pytest.fixture(scope="module")
+def tool_upstream() -> Iterator[ScriptedUpstream]:
+    server = ScriptedUpstream([WEATHER_CALL[:20], WEATHER_CALL[20:]], dies=False)
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
 def llama_server() -> Iterator[LlamaServer]:
     with running_llama_server() as server:
         yield server
@@ -170,7 +179,7 @@ def proxy(llama_server: LlamaServer) -> Iterator[RecordingProxy]:
     recording.server.shutdown()
 
 
-def models_file(path: Path, proxy_url: str, dying_url: str, leaky_url: str) -> Path:
+def models_file(path: Path, proxy_url: str, dying_url: str, leaky_url: str, tool_url: str) -> Path:
     path.write_text(
         f"""\
 models:
@@ -200,6 +209,12 @@ models:
       model: m
       context_window: 2048
       tokenizer: estimate
+  - id: {TOOL_ID}
+    upstream:
+      base_urls: ["{tool_url}"]
+      model: m
+      context_window: 2048
+      tokenizer: estimate
 """
     )
     return path
@@ -224,6 +239,7 @@ def bastion(
     proxy: RecordingProxy,
     dying_upstream: ScriptedUpstream,
     leaky_upstream: ScriptedUpstream,
+    tool_upstream: ScriptedUpstream,
 ) -> Iterator[UpstreamBastion]:
     data_dir = tmp_path_factory.mktemp("bastion-upstream")
     policy_dir = tmp_path_factory.mktemp("policies-upstream")
@@ -242,6 +258,7 @@ def bastion(
             proxy.base_url,
             dying_upstream.base_url,
             leaky_upstream.base_url,
+            tool_upstream.base_url,
         ),
     )
     services = load_services(settings, engine=RecordingEngine(chat_engine))
@@ -261,7 +278,7 @@ def test_models_lists_the_embedded_and_every_upstream_model(
     bastion: UpstreamBastion, chat_engine: PagedEngine
 ) -> None:
     ids = [model.id for model in bastion.client.models.list()]
-    assert ids == [chat_engine.model_id, UPSTREAM_ID, REFUSING_ID, DYING_ID, LEAKY_ID]
+    assert ids == [chat_engine.model_id, UPSTREAM_ID, REFUSING_ID, DYING_ID, LEAKY_ID, TOOL_ID]
 
 
 def test_a_streamed_chat_to_the_upstream_returns_text_and_usage(
@@ -499,3 +516,30 @@ def test_the_output_checks_read_the_upstreams_answer(
         text = bastion.client.chat.completions.create(**request).choices[0].message.content or ""
     assert text.startswith("Write to me at ") and text.endswith(" any time.")
     assert EMAIL not in text and "roe@" not in text
+
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+def test_an_upstreams_tool_call_is_validated_and_returned(bastion: UpstreamBastion) -> None:
+    completion = bastion.client.chat.completions.create(
+        model=TOOL_ID,
+        messages=[{"role": "user", "content": "Weather in Paris?"}],
+        tools=[WEATHER_TOOL],  # type: ignore[list-item]
+        max_tokens=64,
+    )
+    choice = completion.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls or []
+    assert call.function.name == "get_weather"  # type: ignore[union-attr]
+    assert json.loads(call.function.arguments) == {"city": "Paris"}  # type: ignore[union-attr]
