@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from engine.config import EngineConfig
@@ -58,10 +59,7 @@ class KVPool:
         """A zeroed pool of `num_blocks` blocks."""
         dims = (layout.num_kv_heads, num_blocks * block_size, layout.head_dim)
         layers = tuple(
-            LayerKV(
-                torch.zeros(dims, dtype=layout.dtype, device=device),
-                torch.zeros(dims, dtype=layout.dtype, device=device),
-            )
+            LayerKV(_zeros(dims, layout.dtype, device), _zeros(dims, layout.dtype, device))
             for _ in range(layout.num_layers)
         )
         return cls(layout, block_size, layers)
@@ -90,3 +88,19 @@ class KVPool:
     @property
     def dtype(self) -> torch.dtype:
         return self.layout.dtype
+
+
+_ALIGNMENT = 64  # bytes: what PyTorch's CPU allocator gives, and the native step's vectors
+
+
+def _zeros(dims: tuple[int, int, int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Zeros that take memory only as they are written, on the CPU: `torch.zeros` writes
+    every page at once (a pool of 512 MiB is resident from start-up, before any request),
+    while calloc's fresh pages read as zero until first written. Other devices: zeros."""
+    if device.type != "cpu":
+        return torch.zeros(dims, dtype=dtype, device=device)
+    element = torch.tensor([], dtype=dtype).element_size()
+    size = dims[0] * dims[1] * dims[2] * element
+    raw = torch.from_numpy(np.zeros(size + _ALIGNMENT, dtype=np.uint8))
+    start = -raw.data_ptr() % _ALIGNMENT
+    return raw[start : start + size].view(dtype).view(dims)
