@@ -70,6 +70,11 @@ class GatewayMetrics:
             "Policy edits rejected since start.",
             registry=self.registry,
         )
+        self.models_reload_failures = Gauge(
+            "bastion_models_reload_failures",
+            "Models-file edits rejected since start (the last good version kept serving).",
+            registry=self.registry,
+        )
         self.engine = Gauge(
             "bastion_engine",
             "Engine state (running, waiting, KV blocks, prefix hit rate...).",
@@ -120,4 +125,5 @@ def metrics_endpoint(request: Request[Any, Any, Any]) -> Response[bytes]:
     if services is not None:
         metrics.update_engine(services.engine)
         metrics.policy_reload_failures.set(services.policies.reload_failures)
+        metrics.models_reload_failures.set(services.models.reload_failures)
     return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -452,6 +452,8 @@ def test_a_models_file_edit_is_picked_up_and_a_bad_one_keeps_the_last_good(
         assert registry.error is not None and "did you mean 'tokenizer'" in registry.error
         ids = [model.id for model in bastion.client.models.list()]
         assert "second-name" in ids and UPSTREAM_ID in ids
+        metrics = httpx.get(f"{bastion.base_url}/metrics", timeout=10).text
+        assert f"bastion_models_reload_failures {float(registry.reload_failures)}" in metrics
     finally:
         path.write_text(original)
         wait_for(lambda: "second-name" not in registry.model_ids())
