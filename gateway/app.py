@@ -63,7 +63,8 @@ def create_app(
             loaded: Services | None = app.state.get("services")
             if loaded is not None:
                 loaded.models.close()
-                loaded.engine.close()
+                if loaded.engine is not None:
+                    loaded.engine.close()
             if owned_provider is not None:
                 owned_provider.shutdown()  # exports the spans still batched
 

@@ -27,7 +27,7 @@ from gateway.audit.log import AuditLog
 from gateway.db.connection import make_db_engine, make_session_factory
 from gateway.db.migrations import upgrade_database
 from gateway.limits.rate_limit import RateLimiter, make_rate_limiter
-from gateway.models import ModelRegistry
+from gateway.models import ModelRegistry, load_models_file
 from gateway.policy.registry import PolicyRegistry
 from gateway.policy.runtime import PolicyRuntime, open_policies
 from gateway.settings import Settings
@@ -45,7 +45,7 @@ class Services:
 
     settings: Settings
     sessions: sessionmaker[Session]
-    engine: Engine
+    engine: Engine | None  # the embedded engine; None where the models file turns it off
     embedder: Embedder
     store: DocumentStore
     policies: PolicyRegistry[PolicyRuntime]
@@ -94,14 +94,17 @@ def load_services(
     engine between servers; the wiring is the same either way).
     """
     started = time.perf_counter()
+    # A bad models file stops the start before anything slow loads.
+    models_file = load_models_file(settings.models_file) if settings.models_file else None
+    embedded = engine is not None or models_file is None or models_file.embedded
     sessions = open_database(settings)
     # The engine and the PII analyzer load on threads of their own while this one loads the
     # embedder and ingests the sample corpus: most of each is numpy, torch or file reads,
     # which release the GIL (bench/cold_start.py measures the start).
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="load") as loaders:
-        engine_loaded = (
+        engine_loaded: Future[Engine | None] = (
             loaders.submit(_timed, "engine", load_engine, settings)
-            if engine is None
+            if engine is None and embedded
             else _given(engine)
         )
         analyzer_loaded = loaders.submit(_timed, "pii_analyzer", build_analyzer)

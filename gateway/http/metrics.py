@@ -123,7 +123,8 @@ def metrics_endpoint(request: Request[Any, Any, Any]) -> Response[bytes]:
     metrics: GatewayMetrics = request.app.state.metrics
     services = request.app.state.get("services")
     if services is not None:
-        metrics.update_engine(services.engine)
+        if services.engine is not None:
+            metrics.update_engine(services.engine)
         metrics.policy_reload_failures.set(services.policies.reload_failures)
         metrics.models_reload_failures.set(services.models.reload_failures)
     return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)

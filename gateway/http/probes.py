@@ -38,7 +38,8 @@ async def readyz(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
     return Response(
         {
             "status": "ready",
-            "model": services.engine.model_id,
+            "model": services.engine.model_id if services.engine is not None else None,
+            "models": services.models.model_ids(),
             "policies": {p.policy.name: p.version for p in services.policies.loaded()},
         }
     )

@@ -53,7 +53,7 @@ class ModelRegistry:
     def __init__(
         self,
         path: Path | None,
-        embedded: Engine,
+        embedded: Engine | None,
         build: Callable[[UpstreamConfig], Engine] = UpstreamEngine,
     ) -> None:
         self._path = path
@@ -66,10 +66,6 @@ class ModelRegistry:
         self.error: str | None = None
 
     @property
-    def embedded(self) -> Engine:
-        return self._embedded
-
-    @property
     def version(self) -> str | None:
         loaded = self._snapshot.loaded
         return loaded.version if loaded else None
@@ -77,21 +73,22 @@ class ModelRegistry:
     def model_ids(self) -> list[str]:
         """What `/v1/models` lists: the embedded model first (when served), then the file's."""
         snapshot = self._snapshot
-        embedded = [self._embedded.model_id] if snapshot.embedded else []
-        return embedded + list(snapshot.upstreams)
+        embedded = self._served_embedded(snapshot)
+        return ([embedded.model_id] if embedded else []) + list(snapshot.upstreams)
 
     def engine_for(self, model_id: str | None) -> Engine:
         """The engine serving `model_id`; no id means the default (the embedded model,
         else the file's first). Raises UnknownModel."""
         snapshot = self._snapshot
+        embedded = self._served_embedded(snapshot)
         if not model_id:
-            if snapshot.embedded:
-                return self._embedded
+            if embedded is not None:
+                return embedded
             if snapshot.upstreams:
                 return next(iter(snapshot.upstreams.values()))
             raise UnknownModel("", self.model_ids())
-        if snapshot.embedded and model_id == self._embedded.model_id:
-            return self._embedded
+        if embedded is not None and model_id == embedded.model_id:
+            return embedded
         engine = snapshot.upstreams.get(model_id)
         if engine is None:
             raise UnknownModel(model_id, self.model_ids())
@@ -109,7 +106,13 @@ class ModelRegistry:
             if fingerprint == old.fingerprint:
                 return False
             try:
-                loaded = load_models_file(self._path, embedded_id=self._embedded.model_id)
+                embedded_id = self._embedded.model_id if self._embedded else None
+                loaded = load_models_file(self._path, embedded_id=embedded_id)
+                if loaded.embedded and self._embedded is None:
+                    raise ValueError(
+                        f"{self._path}: embedded: true needs a restart (the embedded model "
+                        "was not loaded: the file turned it off at start)"
+                    )
                 if loaded.version == (old.loaded.version if old.loaded else None):
                     self._snapshot = _Snapshot(old.loaded, old.upstreams, old.configs, fingerprint)
                     return False
@@ -126,6 +129,9 @@ class ModelRegistry:
             "models.loaded", actor=actor, version=loaded.version[:12], models=list(new.upstreams)
         )
         return True
+
+    def _served_embedded(self, snapshot: _Snapshot) -> Engine | None:
+        return self._embedded if snapshot.embedded else None
 
     async def start_new(self) -> None:
         """Start the engines that reloads built, on the serving loop: their health checks
