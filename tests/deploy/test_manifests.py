@@ -24,6 +24,7 @@ def documents() -> list[tuple[str, dict[str, Any]]]:
     found = [
         (f"{path.name}#{i}", doc)
         for path in sorted(DEPLOY.glob("*.yaml"))
+        if path.name != "kustomization.yaml"
         for i, doc in enumerate(yaml.safe_load_all(path.read_text(encoding="utf-8")))
         if doc
     ]
