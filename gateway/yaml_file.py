@@ -73,6 +73,8 @@ def locate(chain: list[YamlSource], error: Any, model: type[BaseModel]) -> FileI
         message = "unknown key" + _suggestion(model, loc)
     elif error["type"] == "missing":
         message = "required field is missing"
+    elif error["type"] == "value_error":  # a validator's own words, without pydantic's prefix
+        message = message.removeprefix("Value error, ")
     at_key = error["type"] == "extra_forbidden"
     for source in chain:
         if _node_at(source.root, loc) is not None:

@@ -37,7 +37,7 @@ def test_a_bad_file_prints_each_error_with_its_line(
     assert main(["models", "check", str(path)]) == 1
     err = capsys.readouterr().err
     assert f"{path}: line 4, column 18: models.0.upstream.base_urls:" in err
-    assert "'vllm-0:8000/v1' is not an http(s) URL" in err
+    assert "base_urls: 'vllm-0:8000/v1' is not an http(s) URL" in err
     assert f"{path}: line 7, column 5: models.1.upstream: required field is missing" in err
 
 
