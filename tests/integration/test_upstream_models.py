@@ -545,3 +545,28 @@ def test_an_upstreams_tool_call_is_validated_and_returned(bastion: UpstreamBasti
     (call,) = choice.message.tool_calls or []
     assert call.function.name == "get_weather"  # type: ignore[union-attr]
     assert json.loads(call.function.arguments) == {"city": "Paris"}  # type: ignore[union-attr]
+
+
+def test_a_json_schema_answer_from_the_upstream_is_forwarded_and_validated(
+    bastion: UpstreamBastion, proxy: RecordingProxy
+) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"colour": {"type": "string", "enum": ["red", "green", "blue"]}},
+        "required": ["colour"],
+        "additionalProperties": False,
+    }
+    answer = bastion.client.chat.completions.create(
+        model=UPSTREAM_ID,
+        messages=[{"role": "user", "content": "Pick a colour of the sky."}],
+        max_tokens=24,
+        temperature=0,
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "colour", "schema": schema, "strict": True},
+        },
+    )
+    assert answer.choices[0].finish_reason == "stop"
+    assert json.loads(answer.choices[0].message.content or "")["colour"] in {"red", "green", "blue"}
+    sent = proxy.chat_bodies()[-1]["response_format"]
+    assert sent["type"] == "json_schema" and sent["json_schema"]["schema"] == schema
