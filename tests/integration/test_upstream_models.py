@@ -366,7 +366,10 @@ def test_an_upstream_that_refuses_connections_is_a_503_with_retry_after(
         row = audit_row(bastion, response.headers["x-request-id"])
         assert (row.status_code, row.error_code) == (503, "upstream_unavailable")
         assert row.details["upstream"] == REFUSED_URL
-    assert bastion.client.models.list()  # Bastion itself stays healthy
+    # Bastion itself stays healthy: its probes do not follow an upstream that is down.
+    assert bastion.client.models.list()
+    for probe in ("/healthz", "/readyz"):
+        assert httpx.get(f"{bastion.base_url}{probe}", timeout=10).status_code == 200
 
 
 def test_an_unknown_model_is_a_404_in_openais_shape(bastion: UpstreamBastion) -> None:
