@@ -17,7 +17,7 @@ import inspect
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -79,7 +79,7 @@ def transformers_fields(gguf: GGUFFile) -> TransformersFields:
     architecture = str(gguf.metadata["general.architecture"])
     # transformers compares the name list with "mistral" (whole names only): kept as it is.
     model_type = "mistral" if gguf.metadata.get("general.name") == "mistral" else architecture
-    mapping: dict[str, dict[str, dict[str, Any]]] = GGUF_TO_TRANSFORMERS_MAPPING  # type: ignore[assignment]
+    mapping = cast(dict[str, dict[str, dict[str, Any]]], GGUF_TO_TRANSFORMERS_MAPPING)
     parsed: dict[str, dict[str, Any]] = {k: {} for k in mapping}
     parsed["config"]["tie_word_embeddings"] = "output.weight" not in gguf.tensors
     for key, raw in gguf.metadata.items():
