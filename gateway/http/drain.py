@@ -27,7 +27,11 @@ class Drain:
 
     def __init__(self) -> None:
         self.started_at: float | None = None
-        self.in_flight = 0
+        self._serving: set[asyncio.Task[object]] = set()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._serving)
 
     @property
     def draining(self) -> bool:
@@ -44,7 +48,14 @@ class Drain:
 
     @property
     def idle(self) -> bool:
-        return self.in_flight == 0
+        return not self._serving
+
+    def cut_short(self) -> None:
+        """Cancel what is still served once the grace period is over: each request then
+        ends as a client that left does (recorded once, as cancelled), while the loop
+        still runs to write its record."""
+        for task in self._serving:
+            task.cancel()
 
 
 def shutting_down() -> ApiError:
@@ -70,11 +81,13 @@ def refuse_while_draining(app: ASGIApp) -> ASGIApp:
         drain: Drain = Litestar.from_scope(scope).state.drain
         if drain.draining:
             await _refuse(scope)
-        drain.in_flight += 1
+        task = asyncio.current_task()
+        assert task is not None, "an ASGI request runs in a task"
+        drain._serving.add(task)
         try:
             await app(scope, receive, send)
         finally:
-            drain.in_flight -= 1
+            drain._serving.discard(task)
 
     return gated
 

@@ -22,7 +22,8 @@ from gateway.http.drain import Drain
 
 log = structlog.get_logger(__name__)
 
-# What uvicorn still waits for after the drain: answers the grace period cut short.
+# How long answers the grace period cut short have to end (and write their audit records)
+# before uvicorn's own shutdown, which waits as long again.
 CUT_OFF_SECONDS = 2
 
 
@@ -33,6 +34,7 @@ class DrainingServer(uvicorn.Server):
         self.drain = drain
         self.grace_seconds = grace_seconds
         self._drain_logged = False
+        self._cut = False
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self.drain.draining or sig not in (signal.SIGTERM, signal.SIGINT):
@@ -49,11 +51,13 @@ class DrainingServer(uvicorn.Server):
                 self._drain_logged = True
                 log.info("drain.started", in_flight=self.drain.in_flight, grace=self.grace_seconds)
             elapsed = self.drain.seconds()
-            if self.drain.idle or elapsed >= self.grace_seconds:
-                log.info(
-                    "drain.finished",
-                    seconds=round(elapsed, 2),
-                    cut_short=self.drain.in_flight,
-                )
+            if self.drain.idle or elapsed >= self.grace_seconds + CUT_OFF_SECONDS:
+                log.info("drain.finished", seconds=round(elapsed, 2), left=self.drain.in_flight)
                 self.should_exit = True
+            elif elapsed >= self.grace_seconds and not self._cut:
+                # Cut here, not in uvicorn's shutdown, which cancels what is left without
+                # waiting for it: a cut answer still writes its audit record.
+                self._cut = True
+                log.info("drain.cutting_short", in_flight=self.drain.in_flight)
+                self.drain.cut_short()
         return await super().on_tick(counter)
