@@ -14,10 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
 from gateway.settings import REPO_ROOT
-from tests.support.local_server import free_port
+from tests.support.local_server import free_port, wait_until_ready
 
 READY_TIMEOUT_S = 300.0
 _POLL_S = 0.05
@@ -53,7 +51,8 @@ def cold_start(
                 [python, "-m", "gateway.cli", "serve"], cwd=repo, env=env, stdout=out, stderr=err
             )
             try:
-                seconds = _wait_until_ready(f"http://127.0.0.1:{port}", process, started)
+                wait_until_ready(f"http://127.0.0.1:{port}", READY_TIMEOUT_S, process, _POLL_S)
+                seconds = time.perf_counter() - started
                 time.sleep(settle_s)
                 rss_mb = _rss_mb(process.pid)
             finally:
@@ -71,19 +70,6 @@ def cold_start(
 def this_checkout_cold_start() -> ColdStart:
     """One cold start of this checkout per test run, for the tests that read it."""
     return cold_start()
-
-
-def _wait_until_ready(base_url: str, process: subprocess.Popen[bytes], started: float) -> float:
-    while time.perf_counter() - started < READY_TIMEOUT_S:
-        if process.poll() is not None:
-            raise RuntimeError(f"bastion serve exited with {process.returncode}")
-        try:
-            if httpx.get(f"{base_url}/readyz", timeout=2).status_code == 200:
-                return time.perf_counter() - started
-        except httpx.TransportError:
-            pass
-        time.sleep(_POLL_S)
-    raise RuntimeError(f"{base_url} was not ready after {READY_TIMEOUT_S:.0f} s")
 
 
 def _rss_mb(pid: int) -> float:
