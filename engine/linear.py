@@ -61,7 +61,7 @@ class DenseLinear:
         return F.linear(x, self.weight, self.bias)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Int8Linear:
     """Symmetric int8 weights, one scale per group of INT8_GROUP input features of an output
     channel (per channel where the features don't divide), with their dequantized twin.
@@ -72,15 +72,34 @@ class Int8Linear:
     `scales`; PyTorch's int8 kernel takes only per-channel scales (`kernel_scales`).
     """
 
-    quantized: torch.Tensor  # int8, [out, in]
+    quantized: torch.Tensor  # int8, [out, in]: row-major, or in the native step's tiles
     scales: torch.Tensor  # float32, [out, in // group]
     dense: torch.Tensor  # the dequantized weights, the activations' dtype
     bias: torch.Tensor | None
     kernel_scales: torch.Tensor | None  # [out], the activations' dtype; per-channel only
+    tiled: bool = False  # whether `quantized` is laid out in `tiles`
 
     @property
     def group(self) -> int:
         return self.quantized.shape[1] // self.scales.shape[1]
+
+    def tiles(self, rows: int, depth: int) -> torch.Tensor:
+        """The int8 weights laid out tile by tile, `rows` outputs by `depth` features each,
+        every tile one sequential stream.
+
+        Grouped weights have no other reader of the row-major order (PyTorch's kernel takes
+        only per-channel scales), so they are re-laid in place, once: the model then holds
+        one int8 copy however many native decoders read it. Per-channel weights keep theirs
+        and get a tiled copy.
+        """
+        if self.tiled:
+            return self.quantized
+        out, features = self.quantized.shape
+        tiles = self.quantized.view(out // rows, rows, features // depth, depth)
+        tiled = tiles.permute(0, 2, 1, 3).contiguous().view(out, features)
+        if self.kernel_scales is None:
+            self.quantized, self.tiled = tiled, True
+        return tiled
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if (

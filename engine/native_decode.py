@@ -47,8 +47,9 @@ class _Int8Weights:
         weight, group = int8.quantized, int8.group
         out, features = weight.shape
         if library.bastion_packed_layout(out, features, group):
-            tiles = weight.view(out // _TILE_ROWS, _TILE_ROWS, features // _TILE_DEPTH, _TILE_DEPTH)
-            weight = tiles.permute(0, 2, 1, 3).contiguous().view(out, features)
+            weight = int8.tiles(_TILE_ROWS, _TILE_DEPTH)
+        elif int8.tiled:
+            raise ValueError("int8 weights tiled for a native step of another layout")
         bias = None if int8.bias is None else int8.bias.float().contiguous()
         return cls(weight, int8.scales.float().contiguous(), bias, group)
 

@@ -22,8 +22,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef __AVX512F__
-#include <immintrin.h>
+#ifdef __x86_64__
+#include <immintrin.h> /* _mm_pause everywhere; AVX-512 where the CPU has it */
 #endif
 
 typedef struct {

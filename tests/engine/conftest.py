@@ -24,12 +24,13 @@ from engine import (
 from engine.core import EngineCore, StepOutput
 from engine.llama import PagedLlama
 from engine.model_runner import ModelRunner
-from engine.native_library import load_library
+from engine.native_library import find_compiler, load_library
 
 VOCAB = 512
 
+# Only a missing compiler skips: a kernel that fails to build where one exists fails the tests.
 needs_compiler = pytest.mark.skipif(
-    load_library() is None, reason="no C compiler to build the native kernel"
+    find_compiler() is None, reason="no C compiler to build the native kernel"
 )
 
 

@@ -11,6 +11,7 @@ import torch
 
 from engine import SamplingParams
 from engine.kv_pool import KVPool
+from engine.linear import Int8Linear
 from engine.llama import PagedLlama
 from engine.model_runner import ModelRunner
 from engine.native_decode import NativeDecoder
@@ -193,3 +194,32 @@ def test_concurrent_native_steps_give_the_same_logits() -> None:
             together = list(pool.map(step, [0, 1]))
             for got, expected in zip(together, alone, strict=True):
                 torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+@needs_compiler
+def test_native_decoders_over_one_model_share_its_one_int8_copy() -> None:
+    """The kernel reads the model's own int8 weights, re-laid in its tiles where this CPU's
+    build reads tiles, rather than a copy per decoder beside the model's."""
+    library = load_library()
+    assert library is not None
+    hf = tiny_llama(seed=7, hidden_size=128)  # 128 features: two scale groups a row
+    model = PagedLlama(hf, torch.device("cpu"), torch.bfloat16, "int8")
+    qkv = model.layers[0].qkv
+    assert isinstance(qkv, Int8Linear) and qkv.kernel_scales is None  # grouped scales
+    row_major = qkv.quantized.clone()
+    out, features = row_major.shape
+    prompt = random_prompt(37, seed=3)
+    first, first_sequence = decode_once(model, prompt, 11)
+    second, second_sequence = decode_once(model, prompt, 11)
+    for sequence in (first_sequence, second_sequence):
+        decoder = sequence.runner.native
+        assert decoder is not None
+        assert decoder._model.layers[0].qkv.weight == qkv.quantized.data_ptr()
+    torch.testing.assert_close(second, first, rtol=0, atol=0)
+    if library.bastion_packed_layout(out, features, qkv.group):
+        # The same bytes, tile by tile (4 rows by 32 features): re-laid, not requantized.
+        assert qkv.tiled
+        tiles = qkv.quantized.view(out // 4, features // 32, 4, 32)
+        assert torch.equal(tiles.permute(0, 2, 1, 3).reshape(out, features), row_major)
+    else:
+        assert not qkv.tiled and torch.equal(qkv.quantized, row_major)

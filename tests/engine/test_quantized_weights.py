@@ -64,6 +64,27 @@ def test_int8_scales_follow_groups_of_features_where_they_divide() -> None:
     assert narrow.group == 48 and narrow.kernel_scales is not None  # per channel
 
 
+def test_int8_tiles_relay_grouped_weights_once_and_copy_per_channel_ones() -> None:
+    """The native step's tile order (engine/native_decode.py): grouped weights, which
+    nothing else reads row by row, are re-laid in place; per-channel ones keep theirs for
+    PyTorch's kernel."""
+    torch.manual_seed(8)
+    grouped = make_linear(torch.randn(8, 128), None, torch.bfloat16, "int8")
+    assert isinstance(grouped, Int8Linear) and grouped.kernel_scales is None
+    row_major = grouped.quantized.clone()
+    tiled = grouped.tiles(4, 32)
+    assert grouped.tiled and grouped.quantized is tiled
+    assert torch.equal(tiled.view(2, 4, 4, 32).permute(0, 2, 1, 3).reshape(8, 128), row_major)
+    assert torch.equal(tiled[0, 32:64], row_major[1, :32])  # the first tile's second row
+    assert grouped.tiles(4, 32) is tiled  # once
+    per_channel = make_linear(torch.randn(8, 32), None, torch.bfloat16, "int8")
+    assert isinstance(per_channel, Int8Linear) and per_channel.kernel_scales is not None
+    before = per_channel.quantized.clone()
+    copy = per_channel.tiles(4, 32)
+    assert not per_channel.tiled and torch.equal(per_channel.quantized, before)
+    assert torch.equal(copy.view(2, 4, 1, 32).permute(0, 2, 1, 3).reshape(8, 32), before)
+
+
 def test_dense_mode_keeps_tied_embeddings_shared() -> None:
     linear = make_linear(torch.randn(8, 4), None, torch.float32, "float")
     assert isinstance(linear, DenseLinear)
