@@ -43,6 +43,8 @@ class CollectionIndexes:
         self._approximate_above = approximate_above
         self._vectors: dict[tuple[str, str], VectorIndex] = {}
         self._lexical: dict[tuple[str, str], LexicalIndex] = {}
+        # The chunks' fingerprint each cached faiss index last caught up with.
+        self._synced: dict[tuple[str, str], tuple[int, int | None]] = {}
         self.lock = threading.Lock()
 
     def rebuild(self, tenant: str, collection: str) -> int:
@@ -56,6 +58,7 @@ class CollectionIndexes:
             index.add(ids, vectors)
             index.save()
             self._vectors[(tenant, collection)] = index
+            self._synced.pop((tenant, collection), None)
             self._lexical.pop((tenant, collection), None)
             return index.size
 
@@ -68,15 +71,9 @@ class CollectionIndexes:
                 index.save()
 
     def lexical(self, session: Session, tenant: str, collection: str) -> LexicalIndex:
-        """The collection's BM25 index, rebuilt when its chunks changed since it was built.
-
-        Chunk ids only grow, so (count, largest id) changes with every insert or delete,
-        whichever process made it.
-        """
+        """The collection's BM25 index, rebuilt when its chunks changed since it was built."""
         where = (Chunk.tenant == tenant, Chunk.collection == collection)
-        fingerprint = tuple(
-            session.execute(select(func.count(), func.max(Chunk.id)).where(*where)).one()
-        )
+        fingerprint = _fingerprint(session, tenant, collection)
         key = (tenant, collection)
         cached = self._lexical.get(key)
         if cached is not None and cached.fingerprint == fingerprint:
@@ -149,8 +146,10 @@ class CollectionIndexes:
         """The cached faiss index of (tenant, collection), opened or created. Hold `lock`.
 
         A freshly read file gets the vectors of committed chunks it lacks (a lost or old
-        file), in memory; vectors without a chunk may belong to another process's ingest in
-        flight, so they stay until `rebuild_index`.
+        file), in memory, and so does a cached one once `session` shows that the chunks
+        changed: another replica, with its own index file, ingested into the collection.
+        Vectors without a chunk may belong to another process's ingest in flight, so they
+        stay until `rebuild_index`.
         """
         key = (tenant, collection)
         index = self._vectors.get(key)
@@ -160,8 +159,15 @@ class CollectionIndexes:
                 self._embedder.dimension,
                 self._approximate_above,
             )
-            self._add_missing_vectors(index, tenant, collection, session, pending or set())
+            if session is None:
+                self._add_missing_vectors(index, tenant, collection, None, pending or set())
+            self._synced.pop(key, None)
             self._vectors[key] = index
+        if session is not None:
+            fingerprint = _fingerprint(session, tenant, collection)
+            if self._synced.get(key) != fingerprint:
+                self._add_missing_vectors(index, tenant, collection, session, pending or set())
+                self._synced[key] = fingerprint
         return index
 
     def _add_missing_vectors(
@@ -192,10 +198,23 @@ class CollectionIndexes:
     def existing_vectors(
         self, tenant: str, collection: str, session: Session | None = None
     ) -> VectorIndex | None:
-        """Like `_index`, but None where nothing was ever saved, so lookups create nothing."""
-        if (tenant, collection) in self._vectors or self._path(tenant, collection).exists():
+        """Like `vectors`, but None where the collection has no vectors to search (no file,
+        and no chunks as far as `session` shows), so lookups create nothing."""
+        if (
+            (tenant, collection) in self._vectors
+            or self._path(tenant, collection).exists()
+            or (session is not None and _fingerprint(session, tenant, collection)[0] > 0)
+        ):
             return self.vectors(tenant, collection, session)
         return None
 
     def _path(self, tenant: str, collection: str) -> Path:
         return self._index_dir / tenant / f"{collection}.faiss"
+
+
+def _fingerprint(session: Session, tenant: str, collection: str) -> tuple[int, int | None]:
+    """The collection's (chunk count, largest chunk id). Chunk ids only grow, so it changes
+    with every insert or delete, whichever process made it."""
+    where = (Chunk.tenant == tenant, Chunk.collection == collection)
+    count, largest = session.execute(select(func.count(), func.max(Chunk.id)).where(*where)).one()
+    return int(count), largest
