@@ -33,6 +33,22 @@ class Timeouts(_Strict):
     total: float = Field(default=600.0, gt=0)
 
 
+class Resilience(_Strict):
+    """How the servers of a model are tried: retries before the first token, the health
+    checks' beat, and each server's circuit breaker."""
+
+    max_retries: int = Field(
+        default=2, ge=0, description="Further tries (the next server first) before the first token."
+    )
+    health_interval_s: float = Field(default=10.0, gt=0, description="Seconds between checks.")
+    circuit_failures: int = Field(
+        default=5, ge=1, description="Failures in a row that open a server's circuit."
+    )
+    circuit_reset_s: float = Field(
+        default=30.0, gt=0, description="Seconds an open circuit skips its server."
+    )
+
+
 class Upstream(_Strict):
     """The OpenAI-compatible servers (vLLM, SGLang, NIM, TGI, llama-server) behind a model."""
 
@@ -42,6 +58,7 @@ class Upstream(_Strict):
         default=None, description="Environment variable holding the bearer key."
     )
     timeouts: Timeouts = Field(default_factory=Timeouts)
+    resilience: Resilience = Field(default_factory=Resilience)
     max_concurrency: int = Field(default=64, ge=1, description="Streams at once per server.")
     context_window: int | None = Field(
         default=None, ge=16, description="Tokens; null reads it from the upstream."
@@ -161,4 +178,8 @@ def upstream_config(model: UpstreamModel) -> UpstreamConfig:
         tokenizer=upstream.tokenizer,
         tokenizer_path=upstream.tokenizer_path,
         forward_cache_salt=upstream.forward_cache_salt,
+        max_retries=upstream.resilience.max_retries,
+        circuit_failures=upstream.resilience.circuit_failures,
+        circuit_reset_s=upstream.resilience.circuit_reset_s,
+        health_interval_s=upstream.resilience.health_interval_s,
     )

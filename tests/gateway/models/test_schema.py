@@ -25,6 +25,7 @@ models:
     upstream:
       base_urls: ["https://nim.example.com/v1"]
       model: smollm2
+      resilience: {max_retries: 1, health_interval_s: 2, circuit_failures: 3, circuit_reset_s: 15}
 embedded: false
 """
 
@@ -55,7 +56,10 @@ def test_a_good_file_becomes_upstream_configs(
     assert big.timeouts == UpstreamTimeouts(connect=2, first_token=30, idle=10, total=300)
     assert (big.max_concurrency, big.context_window, big.tokenizer) == (8, 8192, "estimate")
     assert big.forward_cache_salt and big.api_key_env == "BASTION_TEST_VLLM_KEY"
+    assert (big.max_retries, big.circuit_failures) == (2, 5)  # the defaults
     assert small.context_window is None and small.tokenizer == "upstream"
+    assert (small.max_retries, small.health_interval_s) == (1, 2)
+    assert (small.circuit_failures, small.circuit_reset_s) == (3, 15)
     assert loaded.embedded is False
     assert len(loaded.version) == 64
 
