@@ -25,7 +25,7 @@ CHAT_PATH = "/v1/chat/completions"
 
 @get("/models", guards=[require_roles(CHAT_ROLES)], responses=errors())
 async def list_models(services: ServicesDep) -> ModelList:
-    return ModelList.of(services.models.model_ids())
+    return ModelList.of(services.models.engines())
 
 
 @post(

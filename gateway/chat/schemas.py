@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from engine import Engine
 from gateway.http.sampling_request import SamplingRequest
 
 
@@ -170,10 +172,14 @@ class ChatCompletionRequest(SamplingRequest):
 
 
 class ModelCard(BaseModel):
+    """One model; `max_model_len` (vLLM's name) is its context window in tokens, what a
+    gateway in front of this one reads (engine/upstream/server_info.py)."""
+
     id: str
     object: Literal["model"] = "model"
     created: int = 0
     owned_by: str = "bastion"
+    max_model_len: int
 
 
 class ModelList(BaseModel):
@@ -183,5 +189,5 @@ class ModelList(BaseModel):
     data: list[ModelCard]
 
     @classmethod
-    def of(cls, model_ids: list[str]) -> ModelList:
-        return cls(data=[ModelCard(id=model_id) for model_id in model_ids])
+    def of(cls, engines: Sequence[Engine]) -> ModelList:
+        return cls(data=[ModelCard(id=e.model_id, max_model_len=e.context_window) for e in engines])

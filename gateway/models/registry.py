@@ -72,9 +72,13 @@ class ModelRegistry:
 
     def model_ids(self) -> list[str]:
         """What `/v1/models` lists: the embedded model first (when served), then the file's."""
+        return [engine.model_id for engine in self.engines()]
+
+    def engines(self) -> list[Engine]:
+        """The engines of `model_ids`, in that order, from one snapshot."""
         snapshot = self._snapshot
         embedded = self._served_embedded(snapshot)
-        return ([embedded.model_id] if embedded else []) + list(snapshot.upstreams)
+        return ([embedded] if embedded else []) + list(snapshot.upstreams.values())
 
     def engine_for(self, model_id: str | None) -> Engine:
         """The engine serving `model_id`; no id means the default (the embedded model,

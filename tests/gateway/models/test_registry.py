@@ -81,6 +81,7 @@ def test_lookups_cover_the_embedded_and_upstream_models(
     registry = ModelRegistry(path, embedded, upstream)
     assert registry.reload(actor="startup")
     assert registry.model_ids() == ["SmolLM2", "big", "small"]
+    assert [e.model_id for e in registry.engines()] == registry.model_ids()
     assert registry.engine_for("SmolLM2") is embedded
     assert registry.engine_for(None) is embedded
     assert registry.engine_for("big").model_id == "big"
