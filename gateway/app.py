@@ -14,10 +14,10 @@ from opentelemetry.trace import TracerProvider
 
 from gateway.audit.review_page import REVIEW_PAGE_ROUTER
 from gateway.audit.routes import AUDIT_ROUTER
-from gateway.chat.routes import CHAT_ROUTER
-from gateway.completions.routes import COMPLETIONS_ROUTER
+from gateway.chat.routes import CHAT_PATH, CHAT_ROUTER
+from gateway.completions.routes import COMPLETIONS_PATH, COMPLETIONS_ROUTER
 from gateway.documents.routes import DOCUMENT_ROUTER
-from gateway.embeddings.routes import EMBEDDINGS_ROUTER
+from gateway.embeddings.routes import EMBEDDINGS_PATH, EMBEDDINGS_ROUTER
 from gateway.guardrails_check.routes import GUARDRAILS_CHECK_ROUTER
 from gateway.http.auth import DEPENDENCIES
 from gateway.http.drain import Drain, refuse_while_draining
@@ -97,7 +97,7 @@ def create_app(
                 "services": services,
                 "load_error": None,
                 "metrics": GatewayMetrics(),
-                "drain": Drain(),
+                "drain": Drain(model_paths=(CHAT_PATH, COMPLETIONS_PATH, EMBEDDINGS_PATH)),
             }
         ),
         exception_handlers=EXCEPTION_HANDLERS,

@@ -2,13 +2,16 @@
 counts the ones it still serves, so that it can exit when they are done.
 
 `DrainingServer` (gateway/http/draining_server.py) starts the drain on SIGTERM and stops
-uvicorn when `Drain.idle` or the grace period says so; `/readyz` reads `Drain.draining`.
+uvicorn when `Drain.idle` or the grace period says so; `/readyz` reads `Drain.draining`;
+`/metrics` reads `Drain.model_requests` (`bastion_requests_in_flight`, what an autoscaler
+follows where there is no engine queue).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Collection
 
 from litestar import Litestar
 from litestar.enums import ScopeType
@@ -23,15 +26,22 @@ ALWAYS_ANSWERED = frozenset({"/healthz", "/readyz", "/metrics"})
 
 
 class Drain:
-    """Whether the process is draining, since when, and how many requests it serves."""
+    """Whether the process is draining, since when, and how many requests it serves;
+    `model_paths` are the routes that run a model (chat, completions, embeddings)."""
 
-    def __init__(self) -> None:
+    def __init__(self, model_paths: Collection[str] = ()) -> None:
         self.started_at: float | None = None
-        self._serving: set[asyncio.Task[object]] = set()
+        self._model_paths = frozenset(model_paths)
+        self._serving: dict[asyncio.Task[object], str] = {}  # each request's task: its path
 
     @property
     def in_flight(self) -> int:
         return len(self._serving)
+
+    @property
+    def model_requests(self) -> int:
+        """How many of the requests served run a model, streams until their last event."""
+        return sum(path in self._model_paths for path in self._serving.values())
 
     @property
     def draining(self) -> bool:
@@ -83,11 +93,11 @@ def refuse_while_draining(app: ASGIApp) -> ASGIApp:
             await _refuse(scope)
         task = asyncio.current_task()
         assert task is not None, "an ASGI request runs in a task"
-        drain._serving.add(task)
+        drain._serving[task] = scope["path"]
         try:
             await app(scope, receive, send)
         finally:
-            drain._serving.discard(task)
+            drain._serving.pop(task, None)
 
     return gated
 

@@ -18,6 +18,7 @@ from prometheus_client import (
 
 from engine import EngineMetrics
 from gateway.audit.log import AuditEntry
+from gateway.http.drain import Drain
 from gateway.http.routing_metrics import ModelServerMetrics
 
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
@@ -75,6 +76,13 @@ class GatewayMetrics:
             "Models-file edits rejected since start (the last good version kept serving).",
             registry=self.registry,
         )
+        # Read from the drain's requests at each scrape: the load an autoscaler follows
+        # where there is no engine queue (upstream deployments, deploy/upstream/).
+        self.requests_in_flight = Gauge(
+            "bastion_requests_in_flight",
+            "Model requests being served (chat, completions, embeddings), streams included.",
+            registry=self.registry,
+        )
         self.engine = Gauge(
             "bastion_engine",
             "Engine state (running, waiting, KV blocks, prefix hit rate...).",
@@ -121,6 +129,8 @@ async def count_response(message: Message, scope: Scope) -> None:
 @get("/metrics", sync_to_thread=False)
 def metrics_endpoint(request: Request[Any, Any, Any]) -> Response[bytes]:
     metrics: GatewayMetrics = request.app.state.metrics
+    drain: Drain = request.app.state.drain
+    metrics.requests_in_flight.set(drain.model_requests)
     services = request.app.state.get("services")
     if services is not None:
         if services.engine is not None:

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from gateway.cli import main
+from gateway.http.metrics import GatewayMetrics
 from gateway.settings import Settings
 from tests.deploy.test_manifests import DEPLOY, VERSIONS
 
@@ -114,7 +115,20 @@ def test_a_replica_without_the_embedded_engine_asks_for_less_memory() -> None:
     )
 
 
-def test_without_an_engine_queue_the_replicas_scale_on_cpu() -> None:
-    (metric,) = rendered("HorizontalPodAutoscaler")["spec"]["metrics"]
-    assert metric["type"] == "Resource" and metric["resource"]["name"] == "cpu"
-    assert "requests" in container()["resources"] and "cpu" in container()["resources"]["requests"]
+def test_without_an_engine_queue_the_replicas_scale_on_the_requests_in_flight() -> None:
+    hpa = rendered("HorizontalPodAutoscaler")
+    (metric,) = hpa["spec"]["metrics"]
+    assert metric["type"] == "Pods"
+    name = metric["pods"]["metric"]["name"]
+    assert name == "bastion_requests_in_flight"
+    assert name in {family.name for family in GatewayMetrics().registry.collect()}
+    target = metric["pods"]["target"]
+    assert target["type"] == "AverageValue" and int(target["averageValue"]) > 0
+    # The base's bounds and behaviour are kept; only what it scales on changes.
+    base = load(DEPLOY / "hpa.yaml")["spec"]
+    assert hpa["spec"]["scaleTargetRef"] == base["scaleTargetRef"]
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (
+        base["minReplicas"],
+        base["maxReplicas"],
+    )
+    assert hpa["spec"]["behavior"] == base["behavior"]

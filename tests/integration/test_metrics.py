@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+from contextlib import ExitStack
 
 import httpx
 
 from tests.integration.conftest import LiveServer
+from tests.integration.test_policy_reload import wait_for
 
 
 def metric(text: str, name: str, **labels: str) -> float:
@@ -95,3 +97,36 @@ def test_metrics_cover_routes_engine_and_latency(live_server: LiveServer) -> Non
         assert re.search(rf'^bastion_engine{{field="{field}"}} ', text, re.MULTILINE), field
     assert metric(text, "bastion_engine", field="kv_blocks_total") > 0
     assert metric(text, "bastion_engine", field="generated_tokens") > 0
+
+
+def in_flight(base_url: str) -> float:
+    return metric(httpx.get(f"{base_url}/metrics", timeout=10).text, "bastion_requests_in_flight")
+
+
+def test_requests_in_flight_follows_the_open_streams(live_server: LiveServer) -> None:
+    """The autoscaler's load where there is no engine queue: 0 idle, one per model
+    request still streaming, and 0 again once the clients have left."""
+    base = live_server.base_url
+    streams = 3
+    wait_for(lambda: in_flight(base) == 0)
+    headers = {"authorization": f"Bearer {live_server.api_key}"}
+    body = {
+        "messages": [{"role": "user", "content": "Write a long story about a lighthouse."}],
+        # Long enough to outlast the test (the default policy's most, and no end-of-text
+        # token: SmolLM2's 0 and 2); the answers are cancelled when the clients leave.
+        "max_tokens": 512,
+        "logit_bias": {"0": -100, "2": -100},
+        "stream": True,
+    }
+    with ExitStack() as open_streams, httpx.Client(base_url=base, timeout=120) as client:
+        # Each answer has begun streaming (its headers are in) before the next is asked.
+        for _ in range(streams):
+            response = open_streams.enter_context(
+                client.stream("POST", "/v1/chat/completions", headers=headers, json=body)
+            )
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/event-stream")
+        # Other routes are not model requests, and the scrape does not count itself.
+        assert client.get("/v1/models", headers=headers).status_code == 200
+        assert in_flight(base) == streams
+    wait_for(lambda: in_flight(base) == 0, timeout=5)
