@@ -24,6 +24,7 @@ from gateway.keys.store import KeyIdentity
 from gateway.limits.quotas import charge_tokens
 from gateway.policy.runtime import PolicyRuntime
 from gateway.services import Services
+from gateway.tracing import embedding_stage, note_policy, trace_check
 from retrieval import Embedder
 
 EMBEDDING_EVENT = "embedding"
@@ -58,8 +59,10 @@ class EmbeddingService:
         # Redaction can lengthen a text (a placeholder is several tokens).
         tokens = await asyncio.to_thread(self._embedder.token_ids, screened)
         self._check_lengths(tokens, " after PII redaction")
-        vectors = await asyncio.to_thread(self._embedder.embed, screened)
-        entry.prompt_tokens = sum(len(ids) for ids in tokens)
+        prompt_tokens = sum(len(ids) for ids in tokens)
+        with embedding_stage(len(screened), prompt_tokens):
+            vectors = await asyncio.to_thread(self._embedder.embed, screened)
+        entry.prompt_tokens = prompt_tokens
         entry.outcome = "ok"
         return Embedded(vectors, entry.prompt_tokens)
 
@@ -71,6 +74,7 @@ class EmbeddingService:
         )
 
     def _record_request(self, body: EmbeddingRequest, entry: AuditEntry) -> None:
+        note_policy(self._runtime.loaded)
         entry.policy_version = self._runtime.loaded.version
         entry.model = self._embedder.model_id
         entry.end_user = body.user
@@ -125,7 +129,11 @@ class EmbeddingService:
         message.
         """
         checked = await asyncio.to_thread(
-            self._runtime.input_guardrails.check, texts, "\n".join(texts), ["input"] * len(texts)
+            self._runtime.input_guardrails.check,
+            texts,
+            "\n".join(texts),
+            ["input"] * len(texts),
+            trace=trace_check,
         )
         entry.verdicts.extend(checked.verdicts)
         if checked.blocking is not None:

@@ -13,7 +13,7 @@ verdict's evidence or a key.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import ParamSpec, TypeVar
@@ -39,6 +39,7 @@ REQUEST_ID = "bastion.request_id"
 POLICY_NAME = "bastion.policy.name"
 POLICY_VERSION = "bastion.policy.version"
 MODEL = "gen_ai.request.model"
+OPERATION = "gen_ai.operation.name"
 UPSTREAM = "bastion.upstream"
 INPUT_TOKENS = "gen_ai.usage.input_tokens"
 OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
@@ -51,6 +52,7 @@ CHECK = "bastion.check"
 VERDICT_ACTION = "bastion.verdict.action"
 VERDICT_SCORE = "bastion.verdict.score"
 VERDICT_MODE = "bastion.verdict.mode"
+EMBEDDING_INPUTS = "bastion.embedding.inputs"
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +148,13 @@ def describe_retrieval(span: Span, result: tuple[list[RetrievedChunk], list[Verd
     chunks, dropped = result
     span.set_attributes(
         {"bastion.retrieval.chunks": len(chunks), "bastion.retrieval.dropped": len(dropped)}
+    )
+
+
+def embedding_stage(inputs: int, tokens: int) -> AbstractContextManager[Span]:
+    """The embedder's pass over a request's screened inputs: how many and their tokens."""
+    return stage(
+        "embedding", {OPERATION: "embeddings", EMBEDDING_INPUTS: inputs, INPUT_TOKENS: tokens}
     )
 
 
