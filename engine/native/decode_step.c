@@ -145,6 +145,62 @@ static inline __attribute__((always_inline)) void tile(
     }
 }
 #define FAST_TILES 1
+#elif defined(__AVX2__) && defined(__FMA__)
+#define TILE_ROWS 4
+#define TILE_DEPTH 32
+/* Tokens per tile: each widened weight vector serves both before the next is loaded. */
+#define TILE_TOKENS 2
+#define PREFETCH_BYTES 1024
+static inline float sum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+/* The AVX-512 tile above on AVX2: the same packed layout, int8 weights widened to int16
+ * and multiplied into exact int32 pair sums (vpmaddwd), 16 products per instruction. */
+static inline __attribute__((always_inline)) void tile(
+    const Projection *p, int64_t n0, const int16_t *xq, const float *xs, int64_t b0, int NB,
+    float *y, int64_t ldy) {
+    const int64_t K = p->in, groups = K / p->group, depth = p->group / TILE_DEPTH;
+    __m256 sum[TILE_ROWS][TILE_TOKENS];
+    for (int i = 0; i < TILE_ROWS; i++)
+        for (int j = 0; j < NB; j++) sum[i][j] = _mm256_setzero_ps();
+    const int8_t *w = p->weight + n0 * K;
+    const float *scale = p->scale + n0 * groups;
+    for (int64_t g = 0, k = 0; g < groups; g++) {
+        __m256i acc[TILE_ROWS][TILE_TOKENS];
+        for (int i = 0; i < TILE_ROWS; i++)
+            for (int j = 0; j < NB; j++) acc[i][j] = _mm256_setzero_si256();
+        for (int64_t d = 0; d < depth; d++, k += TILE_DEPTH, w += TILE_ROWS * TILE_DEPTH) {
+            _mm_prefetch((const char *)(w + PREFETCH_BYTES), _MM_HINT_T0);
+            _mm_prefetch((const char *)(w + PREFETCH_BYTES + 64), _MM_HINT_T0);
+            for (int i = 0; i < TILE_ROWS; i++) {
+                __m256i raw = _mm256_loadu_si256((const __m256i *)(w + i * TILE_DEPTH));
+                __m256i w_lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(raw));
+                __m256i w_hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(raw, 1));
+                for (int j = 0; j < NB; j++) {
+                    const int16_t *x = xq + (b0 + j) * K + k;
+                    __m256i x_lo = _mm256_loadu_si256((const __m256i *)x);
+                    __m256i x_hi = _mm256_loadu_si256((const __m256i *)(x + 16));
+                    __m256i pairs = _mm256_add_epi32(_mm256_madd_epi16(w_lo, x_lo),
+                                                     _mm256_madd_epi16(w_hi, x_hi));
+                    acc[i][j] = _mm256_add_epi32(acc[i][j], pairs);
+                }
+            }
+        }
+        for (int i = 0; i < TILE_ROWS; i++) {
+            __m256 s = _mm256_set1_ps(scale[i * groups + g]);
+            for (int j = 0; j < NB; j++)
+                sum[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][j]), s, sum[i][j]);
+        }
+    }
+    for (int i = 0; i < TILE_ROWS; i++) {
+        float b = p->bias ? p->bias[n0 + i] : 0.0f;
+        for (int j = 0; j < NB; j++)
+            y[(b0 + j) * ldy + n0 + i] = sum8(sum[i][j]) * xs[b0 + j] + b;
+    }
+}
+#define FAST_TILES 1
 #endif
 
 /* Whether a projection of this shape must be packed tile by tile (else row-major). */
