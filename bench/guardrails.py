@@ -26,6 +26,7 @@ from doc_section import write_section  # noqa: E402  (bench/ is on the path)
 from guardrails_check_pii import bench_pii_endpoint  # noqa: E402
 from guardrails_pii import bench_pii, bench_pii_precision  # noqa: E402
 
+from engine.cpu_info import cpu_has_bf16  # noqa: E402
 from guardrails import (  # noqa: E402
     InjectionClassifier,
     InjectionConfig,
@@ -42,7 +43,7 @@ from guardrails import (  # noqa: E402
 from guardrails.embedding import EMBED_CHARS, embedding_head  # noqa: E402
 from guardrails.injection_classifier import SUSPECT_UNITS, UNIT_CHARS  # noqa: E402
 from guardrails.train_injection import Example, load_splits  # noqa: E402
-from retrieval.embedder import Embedder, cpu_has_bf16  # noqa: E402
+from retrieval.embedder import Embedder  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/guardrails.py"
 # The sources before issue 18 added obfuscated, persona and multilingual ones: the row that

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from engine.cpu_info import cpu_has_bf16
 from retrieval.unpadded import MAX_TOKENS, supports_unpadded, unpadded_pass
 
 if TYPE_CHECKING:
@@ -29,9 +30,6 @@ TOKEN_CACHE_ENTRIES = 64
 # Texts whose vectors are kept: one request embeds the same text for several checks (the
 # injection classifier and the topic matcher), a few hundred covers many requests at once.
 _CACHE_ENTRIES = 512
-# CPU flags with native bfloat16 matrix instructions; without them torch emulates bf16 and
-# is slower than float32.
-_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
 def default_model_path() -> Path:
@@ -268,15 +266,6 @@ class Embedder:
         return self.embed_with_tokens(texts)[1]
 
     __call__ = embed
-
-
-def cpu_has_bf16() -> bool:
-    """True when /proc/cpuinfo lists a native bfloat16 instruction set (Linux only)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return False
-    return any(flag in flags.split() for flag in _BF16_FLAGS)
 
 
 # A row's tokens when only its sentence vector was asked for and its tokens have left the
