@@ -6,8 +6,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 from transformers import LlamaForCausalLM
 
+import engine.config
+import engine.cpu_info
 from engine import EngineConfig, PagedEngine, WeightChoice, resolve_engine_config
 from engine.linear import fbgemm_supported
 from engine.native_library import load_library
@@ -54,6 +57,28 @@ def test_auto_weights_fall_back_to_fp16_without_the_native_step(tmp_path: Path) 
 def test_auto_weights_must_be_resolved_before_use() -> None:
     with pytest.raises(ValueError, match="resolve_engine_config"):
         EngineConfig(weights="auto").torch_dtype("cpu")
+
+
+@pytest.mark.parametrize("native_bf16", [True, False])
+def test_quantized_weights_take_bf16_activations_only_where_the_cpu_has_bf16(
+    monkeypatch: pytest.MonkeyPatch, native_bf16: bool
+) -> None:
+    monkeypatch.setattr(engine.config, "cpu_has_bf16", lambda: native_bf16)
+    expected = torch.bfloat16 if native_bf16 else torch.float32
+    assert EngineConfig(weights="int8").torch_dtype("cpu") == expected
+    assert EngineConfig(weights="float").torch_dtype("cpu") == torch.float32
+    assert EngineConfig(weights="int8").torch_dtype("cuda") == torch.bfloat16
+    assert EngineConfig(weights="int8", dtype="bfloat16").torch_dtype("cpu") == torch.bfloat16
+
+
+def test_only_native_bf16_flags_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    avx512 = "flags\t\t: fpu sse2 avx2 avx512f avx512bw avx512_vnni\n"
+    monkeypatch.setattr(engine.cpu_info, "cpuinfo", lambda: avx512)
+    assert not engine.cpu_info.cpu_has_bf16()
+    monkeypatch.setattr(engine.cpu_info, "cpuinfo", lambda: avx512.replace("vnni", "bf16"))
+    assert engine.cpu_info.cpu_has_bf16()
+    monkeypatch.setattr(engine.cpu_info, "cpuinfo", lambda: "")  # not Linux
+    assert not engine.cpu_info.cpu_has_bf16()
 
 
 def test_the_engine_resolves_auto_weights_itself(
