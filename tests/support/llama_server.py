@@ -65,11 +65,16 @@ class LlamaServer:
 
 @contextmanager
 def running_llama_server(
-    context: int = 2048, parallel: int = 2, threads: int = 1, startup_s: float = 120.0
+    context: int = 2048,
+    parallel: int = 2,
+    threads: int = 1,
+    startup_s: float = 120.0,
+    port: int | None = None,
 ) -> Iterator[LlamaServer]:
-    """`llama-server` on a free port with a small context (`context / parallel` tokens a
-    slot), until the block ends; waits for `/health` to answer 200."""
-    port = free_port()
+    """`llama-server` on `port` (a free one when None) with a small context (`context /
+    parallel` tokens a slot), until the block ends; waits for `/health` to answer 200. A
+    server restarted on the port of one killed keeps the URL a models file names."""
+    port = port or free_port()
     command = [
         str(llama_server_binary()),
         "--model", str(smollm2_gguf()),
