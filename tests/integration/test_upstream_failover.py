@@ -92,7 +92,9 @@ models:
       resilience: {{max_retries: 0, health_interval_s: 0.3, circuit_failures: 1000}}
 embedded: false
 """
-COUNTING = "Count from 1 to 300, one number after another, separated by commas."
+# The prompts read as plain questions: the front's injection classifier scores them below
+# 0.05 whatever the nonce (a "Request <nonce>: count ..." prompt scored up to 0.93).
+COUNTING = "List the numbers from 1 to 300 separated by commas, for ticket {nonce}."
 
 
 @dataclass
@@ -225,7 +227,12 @@ class Pair:
         """A chat request to the front whose prompt carries `nonce`; raises on any error."""
         request: dict[str, Any] = {
             "model": model,
-            "messages": [{"role": "user", "content": f"Request {nonce}: name three colours."}],
+            "messages": [
+                {
+                    "role": "user",
+                    "content": f"Which three colours are in a rainbow? (ticket {nonce})",
+                }
+            ],
             "max_tokens": 8,
             "temperature": 0,
         }
@@ -256,7 +263,7 @@ class Pair:
         """A streamed request for a long answer (counting): its request id and its chunks."""
         raw = self.client.chat.completions.with_raw_response.create(
             model=MODEL_ID,
-            messages=[{"role": "user", "content": f"Request {nonce}: {COUNTING}"}],
+            messages=[{"role": "user", "content": COUNTING.format(nonce=nonce)}],
             max_tokens=max_tokens,
             temperature=0,
             stream=True,
