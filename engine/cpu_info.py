@@ -15,7 +15,6 @@ def cpuinfo() -> str:
         return ""
 
 
-
 # CPU flags of native bfloat16 matrix instructions; without them PyTorch emulates bf16,
 # slower than float32.
 _BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
