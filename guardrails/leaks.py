@@ -41,6 +41,10 @@ class LeakDetector:
         if len(words) >= _MIN_PROMPT_WORDS:
             self._ngrams = {tuple(words[i : i + self._n]) for i in range(len(words) - self._n + 1)}
 
+    @property
+    def config(self) -> LeakConfig:
+        return self._config
+
     def filter(self, text: str) -> Filtered:
         return run_output_filter(CHECK_NAME, self._config, text, self._filter)
 

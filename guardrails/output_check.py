@@ -68,6 +68,12 @@ class OutputGuardrails:
             text = restore(text, restorable)
         return OutputCheckResult(text, verdicts)
 
+    def changes_text(self, restorable: dict[str, str] | None = None) -> bool:
+        """Whether `filter` may return other text than it was given: a check is configured,
+        or there are pseudonyms to restore. A stream it cannot change holds nothing back."""
+        checks = (self._pii, self._secrets, self._leaks)
+        return any(c is not None and c.config.enabled for c in checks) or bool(restorable)
+
     def redactor(self, restorable: dict[str, str] | None = None) -> Callable[[str], str]:
         """A redact function for one answer's `StreamingRedactor`: it keeps one PII
         numbering, so text redacted twice gets the same placeholders."""

@@ -77,6 +77,10 @@ class SecretsFilter:
         extra = [_p(f"extra_{i}", rx) for i, rx in enumerate(config.extra_patterns)]
         self._patterns = [*BUILTIN_SECRETS, *extra]
 
+    @property
+    def config(self) -> SecretsConfig:
+        return self._config
+
     def filter(self, text: str) -> Filtered:
         return run_output_filter(CHECK_NAME, self._config, text, self._filter)
 

@@ -328,6 +328,13 @@ class ChatService:
     async def stream_text(self, chat: PreparedChat) -> AsyncIterator[str]:
         """The first choice's text as the engine produces it, PII-filtered with a
         held-back window (tool calls too: the stream turns them into call deltas)."""
+        if not self._runtime.output.changes_text(chat.restorable):
+            # Nothing to check or restore: each delta goes out as it comes, without waiting
+            # for a word's end or a hop to a thread (a token's time at the first token).
+            async for text in self._generate(chat, chat.first):
+                if text:
+                    yield text
+            return
         redactor = StreamingRedactor(
             self._runtime.output.redactor(chat.restorable), chat.stream_window
         )

@@ -96,3 +96,18 @@ def test_output_pii_error_fails_closed(analyzer: AnalyzerEngine) -> None:
     result = OutputGuardrails(pii).filter("mail a@example.com")
     assert "a@example.com" not in result.text
     assert result.verdicts[0].blocks
+
+
+def test_only_an_enabled_check_or_a_pseudonym_can_change_the_text(
+    analyzer: AnalyzerEngine, output: OutputGuardrails
+) -> None:
+    off = OutputGuardrails(
+        PiiRedactor(analyzer, PiiConfig(enabled=False)),
+        SecretsFilter(SecretsConfig(enabled=False)),
+        LeakDetector(LeakConfig(enabled=False, canaries=[CANARY]), SYSTEM_PROMPT),
+    )
+    assert not off.changes_text() and off.filter(ANSWER).text == ANSWER
+    assert off.changes_text({"<EMAIL_ADDRESS_1>": "a@example.com"})
+    assert output.changes_text()
+    only_secrets = OutputGuardrails(secrets=SecretsFilter(SecretsConfig()))
+    assert only_secrets.changes_text() and only_secrets.filter(ANSWER).text != ANSWER

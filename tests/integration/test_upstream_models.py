@@ -248,6 +248,10 @@ def bastion(
         f"name: embedded-only\napplies_to:\n  tenants: [embedded-only]\n"
         f"model:\n  allowed_models: [{chat_engine.model_id}]\n"
     )
+    (policy_dir / "unchecked.yaml").write_text(
+        "name: unchecked\napplies_to:\n  tenants: [unchecked]\noutput:\n"
+        "  pii: {enabled: false}\n  secrets: {enabled: false}\n  leaks: {enabled: false}\n"
+    )
     settings = Settings(
         data_dir=data_dir,
         port=free_port(),
@@ -521,6 +525,23 @@ def test_the_output_checks_read_the_upstreams_answer(
         text = bastion.client.chat.completions.create(**request).choices[0].message.content or ""
     assert text.startswith("Write to me at ") and text.endswith(" any time.")
     assert EMAIL not in text and "roe@" not in text
+
+
+def test_with_no_output_check_the_stream_passes_each_piece_on_as_it_came(
+    bastion: UpstreamBastion,
+) -> None:
+    """Nothing to check: no piece waits for a word's end or for the next piece, as the
+    held-back window makes them when a check is on."""
+    chunks = bastion.tenant_client("unchecked").chat.completions.create(
+        model=LEAKY_ID,
+        messages=[{"role": "user", "content": "How do I reach you?"}],
+        max_tokens=32,
+        stream=True,
+    )
+    pieces = [
+        c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content
+    ]
+    assert pieces == ["Write to ", "me at jane.", "roe@exam", "ple.com any", " time."]
 
 
 WEATHER_TOOL = {
