@@ -20,7 +20,7 @@ import asyncio
 import os
 from collections.abc import AsyncGenerator, Sequence
 
-import httpx
+import httpx2
 import structlog
 
 from engine.types import (
@@ -283,9 +283,9 @@ class UpstreamEngine:
             self._state.shut_soon()
             self._pool.rebind_slots(self._config.max_concurrency)
         timeouts = self._config.timeouts
-        client = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeouts.total, connect=timeouts.connect),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=32),
+        client = httpx2.AsyncClient(
+            timeout=httpx2.Timeout(timeouts.total, connect=timeouts.connect),
+            limits=httpx2.Limits(max_connections=None, max_keepalive_connections=32),
         )
         state = LoopResources(loop, client)
         self._state = state
@@ -308,7 +308,7 @@ class UpstreamEngine:
                 self._info = await read_server_info(
                     state.client, endpoint.url, self._config.upstream_model, self._headers
                 )
-            except (httpx.HTTPError, ValueError) as exc:
+            except (httpx2.HTTPError, ValueError) as exc:
                 log.warning("upstream_info_unread", upstream=endpoint.url, reason=str(exc))
         return healthy
 
@@ -344,8 +344,8 @@ class UpstreamEngine:
                 text,
                 is_llama_cpp,
             )
-        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-            if isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code in (404, 405):
+        except (httpx2.HTTPError, ValueError, KeyError, TypeError) as exc:
+            if isinstance(exc, httpx2.HTTPStatusError) and exc.response.status_code in (404, 405):
                 self._tokenize_missing = True
             log.warning("upstream_tokenize_failed", upstream=endpoint.url, reason=str(exc))
             return fallback

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-import httpx
+import httpx2
 import structlog
 
 from engine.upstream.endpoints import Endpoint
@@ -16,13 +16,13 @@ log = structlog.get_logger(__name__)
 
 
 async def check_health(
-    client: httpx.AsyncClient, endpoint: Endpoint, headers: dict[str, str], timeout_s: float
+    client: httpx2.AsyncClient, endpoint: Endpoint, headers: dict[str, str], timeout_s: float
 ) -> bool:
     """One check: a 2xx within `timeout_s`. Records the result on the endpoint."""
     try:
         response = await client.get(f"{endpoint.url}/models", headers=headers, timeout=timeout_s)
         healthy = response.is_success
-    except httpx.HTTPError:
+    except httpx2.HTTPError:
         healthy = False
     if healthy != endpoint.healthy:
         log.info("upstream_health", upstream=endpoint.url, healthy=healthy)

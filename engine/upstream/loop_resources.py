@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-import httpx
+import httpx2
 
 
 @dataclass(slots=True)
 class LoopResources:
     loop: asyncio.AbstractEventLoop
-    client: httpx.AsyncClient
+    client: httpx2.AsyncClient
     health: asyncio.Task[None] | None = None
     in_flight: int = 0
     closing: bool = False

@@ -14,7 +14,7 @@ import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-import httpx
+import httpx2
 
 from engine.types import UpstreamRejected, UpstreamStatus, UpstreamUnavailable
 from engine.upstream.chunks import AnswerReader, ChunkText, UpstreamStreamError
@@ -43,7 +43,7 @@ class StreamCall:
     text. Close it (always) to release the connection: unread, the upstream aborts."""
 
     base_url: str
-    response: httpx.Response
+    response: httpx2.Response
     lines: AsyncIterator[str]
     reader: AnswerReader
     timeouts: UpstreamTimeouts
@@ -64,7 +64,7 @@ class StreamCall:
                 if self.reader.finish_reason is not None:
                     return  # the answer is whole; only the usage or [DONE] never came
                 raise self._failure("stopped sending (timed out mid-answer)", 504) from exc
-            except (httpx.TransportError, MalformedStream, UpstreamStreamError) as exc:
+            except (httpx2.TransportError, MalformedStream, UpstreamStreamError) as exc:
                 raise self._failure(f"failed mid-answer: {exc}", 502) from exc
             if following is not None:
                 yield following
@@ -100,7 +100,7 @@ class StreamCall:
 
 
 async def open_stream(
-    client: httpx.AsyncClient,
+    client: httpx2.AsyncClient,
     base_url: str,
     request: UpstreamRequest,
     headers: dict[str, str],
@@ -117,13 +117,13 @@ async def open_stream(
             response = await client.send(sent, stream=True)
     except TimeoutError as exc:
         raise AttemptFailed("sent no response in time", status=504, retryable=True) from exc
-    except httpx.TimeoutException as exc:
+    except httpx2.TimeoutException as exc:
         raise AttemptFailed(
             "did not accept the connection in time", status=504, retryable=True
         ) from exc
-    except httpx.ConnectError as exc:
+    except httpx2.ConnectError as exc:
         raise AttemptFailed("refused the connection", status=503, retryable=True) from exc
-    except httpx.TransportError as exc:
+    except httpx2.TransportError as exc:
         raise AttemptFailed(f"dropped the connection ({exc})", status=502, retryable=True) from exc
     call = StreamCall(
         base_url,
@@ -149,7 +149,7 @@ async def _check_status(call: StreamCall, deadline: float) -> None:
     try:
         async with asyncio.timeout_at(deadline):
             detail = (await call.response.aread()).decode(errors="replace")
-    except (TimeoutError, httpx.TransportError):
+    except (TimeoutError, httpx2.TransportError):
         detail = ""
     if 400 <= status < 500:
         raise UpstreamRejected(
@@ -174,7 +174,7 @@ async def _read_to_first_text(call: StreamCall, deadline: float) -> None:
                 return
     except TimeoutError as exc:
         raise AttemptFailed("sent no token in time", status=504, retryable=False) from exc
-    except httpx.TransportError as exc:
+    except httpx2.TransportError as exc:
         raise AttemptFailed(f"dropped the connection ({exc})", status=502, retryable=True) from exc
     except (MalformedStream, UpstreamStreamError) as exc:
         raise AttemptFailed(f"sent a malformed stream: {exc}", status=502, retryable=False) from exc

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 
 from engine.types import ChatMessage
 from engine.upstream.server_info import server_root
@@ -76,7 +76,7 @@ def _load(path: Path) -> Any:
 
 
 async def upstream_text_tokens(
-    client: httpx.AsyncClient,
+    client: httpx2.AsyncClient,
     base_url: str,
     upstream_model: str,
     headers: dict[str, str],
@@ -94,7 +94,7 @@ async def upstream_text_tokens(
 
 
 async def upstream_prompt_tokens(
-    client: httpx.AsyncClient,
+    client: httpx2.AsyncClient,
     base_url: str,
     upstream_model: str,
     headers: dict[str, str],
@@ -118,7 +118,7 @@ async def upstream_prompt_tokens(
 
 
 async def _tokenize(
-    client: httpx.AsyncClient, base_url: str, headers: dict[str, str], body: dict[str, Any]
+    client: httpx2.AsyncClient, base_url: str, headers: dict[str, str], body: dict[str, Any]
 ) -> int:
     response = await client.post(f"{server_root(base_url)}/tokenize", json=body, headers=headers)
     response.raise_for_status()
