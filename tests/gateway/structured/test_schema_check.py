@@ -24,19 +24,20 @@ WHERE = "response_format.json_schema.schema"
 
 
 def refusal(schema: object, limits: StructuredOutputLimits = LIMITS) -> str:
-    """The refusal's message; the check must answer within a second whatever the schema."""
-    start = time.perf_counter()
+    """The refusal's message; the check must answer within a second of CPU whatever the
+    schema (CPU time, so that other jobs on a shared machine don't count)."""
+    start = time.process_time()
     with pytest.raises(SchemaRefused) as caught:
         check_client_schema(schema, limits, WHERE)
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
     assert caught.value.param == WHERE
     return caught.value.message
 
 
 def accept(schema: object, limits: StructuredOutputLimits = LIMITS) -> None:
-    start = time.perf_counter()
+    start = time.process_time()
     check_client_schema(schema, limits, WHERE)
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
 
 
 def nested_objects(levels: int) -> dict[str, Any]:
