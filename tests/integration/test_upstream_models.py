@@ -350,6 +350,15 @@ def test_a_model_the_policy_does_not_allow_is_refused(
     assert allowed.model == chat_engine.model_id
 
 
+def assert_upstream_unavailable(response: httpx.Response) -> None:
+    """A 503 in OpenAI's error shape that tells the client when to come back."""
+    assert response.status_code == 503
+    assert int(response.headers["retry-after"]) >= 1
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert (error["type"], error["code"]) == ("server_error", "upstream_unavailable")
+
+
 def test_an_upstream_that_refuses_connections_is_a_503_with_retry_after(
     bastion: UpstreamBastion,
 ) -> None:
@@ -362,10 +371,8 @@ def test_an_upstream_that_refuses_connections_is_a_503_with_retry_after(
                 stream=stream,
             )
         response = caught.value.response
-        assert response.status_code == 503
-        assert int(response.headers["retry-after"]) >= 1
+        assert_upstream_unavailable(response)
         error = response.json()["error"]
-        assert error["code"] == "upstream_unavailable" and error["type"] == "server_error"
         assert "refused" in error["message"] or "circuit open" in error["message"]
         row = audit_row(bastion, response.headers["x-request-id"])
         assert (row.status_code, row.error_code) == (503, "upstream_unavailable")
