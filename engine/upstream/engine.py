@@ -45,6 +45,7 @@ from engine.upstream.token_count import (
     upstream_prompt_tokens,
     upstream_text_tokens,
 )
+from engine.upstream.transport import PooledTransport
 
 log = structlog.get_logger(__name__)
 
@@ -285,7 +286,9 @@ class UpstreamEngine:
         timeouts = self._config.timeouts
         client = httpx2.AsyncClient(
             timeout=httpx2.Timeout(timeouts.total, connect=timeouts.connect),
-            limits=httpx2.Limits(max_connections=None, max_keepalive_connections=32),
+            transport=PooledTransport(
+                httpx2.Limits(max_connections=None, max_keepalive_connections=32)
+            ),
         )
         state = LoopResources(loop, client)
         self._state = state

@@ -65,7 +65,7 @@ class StreamCall:
                     return  # the answer is whole; only the usage or [DONE] never came
                 raise self._failure("stopped sending (timed out mid-answer)", 504) from exc
             except (httpx2.TransportError, MalformedStream, UpstreamStreamError) as exc:
-                raise self._failure(f"failed mid-answer: {exc}", 502) from exc
+                raise self._failure(f"failed mid-answer ({describe(exc)})", 502) from exc
             if following is not None:
                 yield following
 
@@ -124,7 +124,9 @@ async def open_stream(
     except httpx2.ConnectError as exc:
         raise AttemptFailed("refused the connection", status=503, retryable=True) from exc
     except httpx2.TransportError as exc:
-        raise AttemptFailed(f"dropped the connection ({exc})", status=502, retryable=True) from exc
+        raise AttemptFailed(
+            f"dropped the connection ({describe(exc)})", status=502, retryable=True
+        ) from exc
     call = StreamCall(
         base_url,
         response,
@@ -175,9 +177,26 @@ async def _read_to_first_text(call: StreamCall, deadline: float) -> None:
     except TimeoutError as exc:
         raise AttemptFailed("sent no token in time", status=504, retryable=False) from exc
     except httpx2.TransportError as exc:
-        raise AttemptFailed(f"dropped the connection ({exc})", status=502, retryable=True) from exc
+        raise AttemptFailed(
+            f"dropped the connection ({describe(exc)})", status=502, retryable=True
+        ) from exc
     except (MalformedStream, UpstreamStreamError) as exc:
         raise AttemptFailed(f"sent a malformed stream: {exc}", status=502, retryable=False) from exc
+
+
+def describe(exc: BaseException) -> str:
+    """The exception's type and the first message down its causes: httpx2 reports a reset
+    as `ReadError('')` over anyio's `BrokenResourceError()` over the `OSError` that says it."""
+    cause: BaseException | None = exc
+    for _ in range(8):  # a cycle of causes is possible; the message is near the top
+        if cause is None or str(cause):
+            break
+        cause = cause.__cause__ or cause.__context__
+    if cause is None or not str(cause):
+        return type(exc).__name__
+    if cause is exc:
+        return f"{type(exc).__name__}: {exc}"
+    return f"{type(exc).__name__}: {type(cause).__name__}: {cause}"
 
 
 def _error_message(detail: str) -> str:

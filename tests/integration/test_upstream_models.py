@@ -113,14 +113,14 @@ class ScriptedUpstream:
 
     def _answer(self, connection: socket.socket) -> None:
         with connection:
-            request = connection.recv(65536)
+            request = read_request(connection)
             if not request.startswith(b"POST"):
                 body = b'{"object": "list", "data": [{"id": "m", "object": "model"}]}'
-                head = f"HTTP/1.1 200 OK\r\ncontent-length: {len(body)}\r\n"
+                head = f"HTTP/1.1 200 OK\r\ncontent-length: {len(body)}\r\nconnection: close\r\n"
                 connection.sendall(head.encode() + b"content-type: application/json\r\n\r\n" + body)
                 return
             connection.sendall(
-                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n"
                 b"transfer-encoding: chunked\r\n\r\n"
             )
             events = [{"choices": [{"index": 0, "delta": {"content": t}}]} for t in self._texts]
@@ -138,6 +138,44 @@ class ScriptedUpstream:
 
     def close(self) -> None:
         self._listener.close()
+
+
+def read_request(connection: socket.socket) -> bytes:
+    """A whole request read from `connection`: its head (returned), then `content-length`
+    bytes of body. A server that closes its socket with bytes of a request unread sends a
+    reset, and the client's kernel then drops what of the answer it has not read yet."""
+    head, length = b"", 0
+    with connection.makefile("rb") as reader:
+        while (line := reader.readline()) not in (b"\r\n", b"\n", b""):
+            head += line
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        reader.read(length)
+    return head
+
+
+def test_the_scripted_upstream_answers_once_the_whole_request_has_come() -> None:
+    """Not before the body (a client sends it after the head): with the body unread, its
+    close would reset the connection under an answer still on its way."""
+    server = ScriptedUpstream(["Hi"], dies=False)
+    body = json.dumps({"model": "m", "messages": [], "stream": True}).encode()
+    head = f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: {len(body)}\r\n\r\n"
+    try:
+        port = int(server.base_url.rsplit(":", 1)[1].split("/")[0])
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as client:
+            client.sendall(head.encode())
+            client.settimeout(0.2)
+            with pytest.raises(TimeoutError):
+                client.recv(1)
+            client.settimeout(5)
+            client.sendall(body)
+            answer = b""
+            while chunk := client.recv(65536):
+                answer += chunk
+    finally:
+        server.close()
+    assert b"data: [DONE]" in answer and answer.endswith(b"0\r\n\r\n")
 
 
 @pytest.fixture(scope="module")

@@ -1,17 +1,29 @@
 """A tiny HTTP server on the test's event loop that misbehaves as upstreams do: hangs,
-stalls after its headers, sends malformed SSE, answers 503, or streams slowly. It records
-what it was sent and how many requests it held at once."""
+stalls after its headers, sends malformed SSE, answers 503, streams slowly, resets the
+connection mid-answer, or keeps a connection alive and closes it when it is reused. It
+records what it was sent and how many requests it held at once."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Mode = Literal["hang", "stall", "garbage", "status_503", "stream", "error_mid_stream"]
+Mode = Literal[
+    "hang",
+    "stall",
+    "garbage",
+    "status_503",
+    "stream",
+    "error_mid_stream",
+    "reset_mid_stream",  # two chunks, then a TCP reset (a crash, a killed proxy)
+    "keep_alive",  # answers with the connection kept, then closes it when a request comes
+]
 
 SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
 
@@ -36,6 +48,7 @@ class FaultServer:
     authorizations: list[str] = field(default_factory=list)
     active: int = 0
     max_active: int = 0
+    dropped: int = 0  # keep_alive: requests that met a connection closing under them
     client_closed: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -63,23 +76,29 @@ class FaultServer:
                     return
                 listing = b'{"object":"list","data":[]}'
                 status = b"200 OK" if self.healthy else b"500 Internal Server Error"
+                kept = self.mode == "keep_alive"
                 writer.write(
                     b"HTTP/1.1 "
                     + status
                     + b"\r\nContent-Type: application/json\r\n"
-                    + f"Content-Length: {len(listing)}\r\nConnection: close\r\n\r\n".encode()
+                    + f"Content-Length: {len(listing)}\r\n".encode()
+                    + (b"\r\n" if kept else b"Connection: close\r\n\r\n")
                     + listing
                 )
                 await writer.drain()
-                return
-            self.bodies.append(json.loads(body))
-            self.authorizations.append(headers.get("authorization", ""))
-            self.active += 1
-            self.max_active = max(self.max_active, self.active)
-            try:
-                await self._answer(reader, writer)
-            finally:
-                self.active -= 1
+            else:
+                self.bodies.append(json.loads(body))
+                self.authorizations.append(headers.get("authorization", ""))
+                self.active += 1
+                self.max_active = max(self.max_active, self.active)
+                try:
+                    await self._answer(reader, writer)
+                finally:
+                    self.active -= 1
+            if self.mode == "keep_alive":
+                # As a server whose idle timeout fires just as the next request arrives.
+                await reader.readuntil(b"\r\n\r\n")
+                self.dropped += 1
         except (ConnectionError, asyncio.IncompleteReadError):
             self.client_closed.set()
         finally:
@@ -94,6 +113,22 @@ class FaultServer:
             await self._until_closed(reader)
         elif self.mode == "garbage":
             writer.write(SSE_HEAD + b"data: {this is not json\n\n")
+        elif self.mode == "keep_alive":
+            body = b"".join(sse(e) for e in (chat_chunk("kept"), chat_chunk("", "stop"), "[DONE]"))
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+        elif self.mode == "reset_mid_stream":
+            writer.write(SSE_HEAD + sse(chat_chunk("w0 ")) + sse(chat_chunk("w1 ")))
+            await writer.drain()
+            await asyncio.sleep(0.3)
+            # Linger 0: closing sends a reset instead of the end of the stream.
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.transport.abort()
+            return
         elif self.mode == "status_503":
             error = b'{"error":{"message":"overloaded"}}'
             writer.write(

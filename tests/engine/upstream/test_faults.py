@@ -256,3 +256,17 @@ def test_the_key_is_sent_as_a_bearer_token(monkeypatch: pytest.MonkeyPatch) -> N
             assert recorder.authorizations == ["Bearer sk-upstream-123"]
 
     asyncio.run(scenario())
+
+
+def test_a_reset_mid_answer_is_a_502_that_names_the_error() -> None:
+    async def scenario() -> None:
+        async with fault_server("reset_mid_stream") as resetting:
+            config = upstream_config(resetting.base_url, max_retries=0)
+            async with open_engine(config) as engine:
+                with pytest.raises(UpstreamUnavailable) as caught:
+                    await collect(engine, ask())
+        assert caught.value.status == 502
+        # httpx2's own message for a reset is empty; the cause says what happened.
+        assert "ReadError: ConnectionResetError: [Errno 104]" in str(caught.value)
+
+    asyncio.run(scenario())
