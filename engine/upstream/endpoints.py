@@ -1,5 +1,6 @@
 """The upstream URLs of one model and what is known of each: its circuit breaker, its last
-health check and (per event loop) its concurrency slots; which to try next."""
+health check, what the server said of itself and (per event loop) its concurrency slots;
+which to try next."""
 
 from __future__ import annotations
 
@@ -8,16 +9,20 @@ from dataclasses import dataclass, field
 
 from engine.upstream.circuit_breaker import CircuitBreaker
 from engine.upstream.config import UpstreamConfig
+from engine.upstream.server_info import ServerInfo
 
 
 @dataclass(slots=True)
 class Endpoint:
-    """One base URL. `healthy` is None until its first health check."""
+    """One base URL. `healthy` is None until its first health check; `info` is None until
+    the server answers it, and again once a check or a request finds the server gone (a
+    server that comes back may be another one)."""
 
     url: str
     breaker: CircuitBreaker
     slots: asyncio.Semaphore
     healthy: bool | None = None
+    info: ServerInfo | None = None
 
 
 @dataclass(slots=True)
@@ -51,6 +56,16 @@ class EndpointPool:
             fresh,
             key=lambda e: (e.healthy is False, e.slots.locked(), self.endpoints.index(e)),
         )
+
+    def context_window(self) -> int | None:
+        """The smallest window the servers said (a request may go to any of them), or None
+        when none has said one."""
+        windows = [
+            e.info.context_window
+            for e in self.endpoints
+            if e.info is not None and e.info.context_window is not None
+        ]
+        return min(windows, default=None)
 
     def retry_after_s(self) -> float:
         """Seconds until the first open circuit lets a trial through."""

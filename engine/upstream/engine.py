@@ -37,7 +37,7 @@ from engine.upstream.health import check_health, watch_health
 from engine.upstream.loop_resources import LoopResources
 from engine.upstream.request_body import UpstreamRequest, upstream_request
 from engine.upstream.server_info import ServerInfo, read_server_info
-from engine.upstream.stream_call import AttemptFailed, StreamCall, open_stream
+from engine.upstream.stream_call import AttemptFailed, StreamCall, describe, open_stream
 from engine.upstream.token_count import (
     LocalTokenizer,
     estimate_prompt_tokens,
@@ -72,7 +72,8 @@ class UpstreamEngine:
         )
         if config.tokenizer == "local" and self._local is None:
             raise ValueError(f"model {config.model_id!r}: tokenizer local needs tokenizer_path")
-        self._info: ServerInfo | None = None
+        # The window last said, for when no server has its facts (all down at once).
+        self._last_window: int | None = None
         self._state: LoopResources | None = None
         self._closed = False
         self._tokenize_missing = False
@@ -85,13 +86,12 @@ class UpstreamEngine:
 
     @property
     def context_window(self) -> int:
-        """The config's value, else what the upstream said (read at `start` or the first
-        request), else DEFAULT_CONTEXT_WINDOW."""
+        """The config's value, else the smallest the servers that answer said (each read
+        at `start`, its first health check or the first request, and again when it comes
+        back), else the last one said, else DEFAULT_CONTEXT_WINDOW."""
         if self._config.context_window is not None:
             return self._config.context_window
-        if self._info is not None and self._info.context_window is not None:
-            return self._info.context_window
-        return DEFAULT_CONTEXT_WINDOW
+        return self._pool.context_window() or self._last_window or DEFAULT_CONTEXT_WINDOW
 
     @property
     def vocab_size(self) -> int:
@@ -150,13 +150,13 @@ class UpstreamEngine:
             await state.shut()
 
     async def start(self) -> None:
-        """Starts the health checks on the running loop and reads the context window from
+        """Starts the health checks on the running loop and reads the server's facts from
         the first URL that answers (so that `context_window` holds the upstream's before
         the first request is checked against it); the first request starts the checks when
         nobody called this."""
         await self._loop_state()
         for endpoint in self._pool.endpoints:
-            if self._info is not None or await self._check(endpoint):
+            if endpoint.info is not None or (await self._check(endpoint) and endpoint.info):
                 return
 
     async def exact_prompt_tokens(self, messages: Sequence[ChatMessage]) -> int:
@@ -299,59 +299,86 @@ class UpstreamEngine:
         return state
 
     async def _check(self, endpoint: Endpoint) -> bool:
-        """One health check; the first healthy one also reads the server's facts."""
+        """One health check; a healthy server's facts are read when unknown, a failing
+        one's are forgotten (reread once it answers again)."""
         state = self._state
         if state is None:
             return False
         healthy = await check_health(
             state.client, endpoint, self._headers, self._config.timeouts.connect
         )
-        if healthy and self._info is None:
+        if not healthy:
+            endpoint.info = None
+        elif endpoint.info is None:
             try:
-                self._info = await read_server_info(
+                endpoint.info = await read_server_info(
                     state.client, endpoint.url, self._config.upstream_model, self._headers
                 )
             except (httpx2.HTTPError, ValueError) as exc:
-                log.warning("upstream_info_unread", upstream=endpoint.url, reason=str(exc))
+                log.warning("upstream_info_unread", upstream=endpoint.url, reason=describe(exc))
+            else:
+                self._last_window = endpoint.info.context_window or self._last_window
         return healthy
 
     async def _ask_upstream(
         self, fallback: int, *, messages: Sequence[ChatMessage] | None = None, text: str = ""
     ) -> int:
-        """The upstream's count, or `fallback` when it cannot give one; a server without
-        `/tokenize` (a 404) is not asked again."""
+        """The count of the first server that gives one (the next is asked when one cannot
+        be reached), or `fallback`; a server without `/tokenize` (a 404) is not asked again."""
         if self._tokenize_missing:
             return fallback
         state = await self._loop_state()
-        endpoint = self._pool.next_endpoint(set())
-        if endpoint is not None and self._info is None:
-            await self._check(endpoint)  # the body's shape depends on the server's kind
-        if endpoint is None or self._info is None:
-            return fallback
-        is_llama_cpp = self._info.is_llama_cpp
-        try:
-            if messages is not None:
-                return await upstream_prompt_tokens(
-                    state.client,
-                    endpoint.url,
-                    self._config.upstream_model,
-                    self._headers,
-                    messages,
-                    is_llama_cpp,
-                )
-            return await upstream_text_tokens(
+        tried: set[str] = set()
+        while not self._tokenize_missing:
+            endpoint = self._pool.next_endpoint(tried)
+            if endpoint is None or endpoint.url in tried:
+                break
+            tried.add(endpoint.url)
+            if endpoint.info is None:
+                await self._check(endpoint)  # the body's shape depends on the server's kind
+            if endpoint.info is None:
+                continue
+            try:
+                return await self._count_on(state, endpoint, endpoint.info, messages, text)
+            except (httpx2.TransportError, httpx2.HTTPStatusError) as exc:
+                log.warning("upstream_tokenize_failed", upstream=endpoint.url, reason=describe(exc))
+                if isinstance(exc, httpx2.TransportError):
+                    endpoint.info = None  # gone: reread when it answers again
+                elif exc.response.status_code in (404, 405):
+                    self._tokenize_missing = True
+                elif exc.response.status_code < 500:
+                    break  # the server refused this text; another would too
+            except (httpx2.HTTPError, ValueError, KeyError, TypeError) as exc:
+                log.warning("upstream_tokenize_failed", upstream=endpoint.url, reason=describe(exc))
+                break
+        return fallback
+
+    async def _count_on(
+        self,
+        state: LoopResources,
+        endpoint: Endpoint,
+        info: ServerInfo,
+        messages: Sequence[ChatMessage] | None,
+        text: str,
+    ) -> int:
+        """`/tokenize` on one server, in the shape its kind takes."""
+        if messages is not None:
+            return await upstream_prompt_tokens(
                 state.client,
                 endpoint.url,
                 self._config.upstream_model,
                 self._headers,
-                text,
-                is_llama_cpp,
+                messages,
+                info.is_llama_cpp,
             )
-        except (httpx2.HTTPError, ValueError, KeyError, TypeError) as exc:
-            if isinstance(exc, httpx2.HTTPStatusError) and exc.response.status_code in (404, 405):
-                self._tokenize_missing = True
-            log.warning("upstream_tokenize_failed", upstream=endpoint.url, reason=str(exc))
-            return fallback
+        return await upstream_text_tokens(
+            state.client,
+            endpoint.url,
+            self._config.upstream_model,
+            self._headers,
+            text,
+            info.is_llama_cpp,
+        )
 
 
 def _auth_headers(api_key_env: str | None) -> dict[str, str]:

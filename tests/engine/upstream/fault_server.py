@@ -1,7 +1,8 @@
 """A tiny HTTP server on the test's event loop that misbehaves as upstreams do: hangs,
 stalls after its headers, sends malformed SSE, answers 503, streams slowly, resets the
 connection mid-answer, or keeps a connection alive and closes it when it is reused. It
-records what it was sent and how many requests it held at once."""
+can say a context window (`max_model_len`, as vLLM's `/v1/models`) and count tokens
+(vLLM's `/tokenize`). It records what it was sent and how many requests it held at once."""
 
 from __future__ import annotations
 
@@ -49,6 +50,9 @@ class FaultServer:
     active: int = 0
     max_active: int = 0
     dropped: int = 0  # keep_alive: requests that met a connection closing under them
+    context_window: int | None = None
+    tokens: int | None = None  # what `/tokenize` answers; None: it is not found (404)
+    tokenized: int = 0
     client_closed: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -74,18 +78,14 @@ class FaultServer:
                 if self.mode == "hang":
                     await self._until_closed(reader)
                     return
-                listing = b'{"object":"list","data":[]}'
-                status = b"200 OK" if self.healthy else b"500 Internal Server Error"
-                kept = self.mode == "keep_alive"
-                writer.write(
-                    b"HTTP/1.1 "
-                    + status
-                    + b"\r\nContent-Type: application/json\r\n"
-                    + f"Content-Length: {len(listing)}\r\n".encode()
-                    + (b"\r\n" if kept else b"Connection: close\r\n\r\n")
-                    + listing
-                )
-                await writer.drain()
+                models = [] if self.context_window is None else [self._model()]
+                status = "200 OK" if self.healthy else "500 Internal Server Error"
+                await self._json(writer, status, {"object": "list", "data": models})
+            elif request_line.split()[1].endswith("/tokenize"):
+                self.tokenized += 1
+                found = self.tokens is not None
+                answer = {"count": self.tokens} if found else {"detail": "Not Found"}
+                await self._json(writer, "200 OK" if found else "404 Not Found", answer)
             else:
                 self.bodies.append(json.loads(body))
                 self.authorizations.append(headers.get("authorization", ""))
@@ -103,6 +103,20 @@ class FaultServer:
             self.client_closed.set()
         finally:
             writer.close()
+
+    def _model(self) -> dict[str, Any]:
+        return {"id": "smollm2", "object": "model", "max_model_len": self.context_window}
+
+    async def _json(self, writer: asyncio.StreamWriter, status: str, payload: Any) -> None:
+        body = json.dumps(payload).encode()
+        kept = self.mode == "keep_alive"
+        writer.write(
+            f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n".encode()
+            + f"Content-Length: {len(body)}\r\n".encode()
+            + (b"\r\n" if kept else b"Connection: close\r\n\r\n")
+            + body
+        )
+        await writer.drain()
 
     async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.mode == "hang":
