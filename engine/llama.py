@@ -20,6 +20,7 @@ from engine.attention import AttentionContext, paged_attention
 from engine.kv_pool import KVLayout, KVPool
 from engine.linear import (
     FBGEMM_FORMATS,
+    Int8Linear,
     Linear,
     WeightFormat,
     fbgemm_supported,
@@ -185,6 +186,10 @@ class PagedLlama:
         self.lm_head = make_output_projection(
             self.embed if shared else lm_head.weight.detach().to(device), dtype, weights
         )
+        if tied and isinstance(self.lm_head, Int8Linear):
+            # The lookup reads the output projection's dequantized twin: one vocabulary-sized
+            # table instead of two (54 MiB for SmolLM2), and every path sees the same values.
+            self.embed = self.lm_head.dense
         smoothing = layer_scales(hf_model, list(calibration_ids)) if weights == "w8a8" else None
         self.layers: list[_Layer] = []
         for i, hf_layer in enumerate(inner.layers):

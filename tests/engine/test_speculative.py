@@ -325,7 +325,10 @@ SOURCE = (
     "that the IT helpdesk sends you by encrypted email."
 )
 # SmolLM2-135M paraphrases a source it is asked about; asked to repeat it, it copies.
-RAG = (ChatMessage("user", f"Repeat this text exactly:\n\n{SOURCE}"),)
+# "Word for word" gives the copy's first token a clear lead (1.0 in logprob): without it,
+# "To" came within a bf16 step of "Remote", and the second request, whose prompt's last
+# token runs on the int8 decode path after a prefix-cache hit, could start otherwise.
+RAG = (ChatMessage("user", f"Repeat this text exactly, word for word:\n\n{SOURCE}"),)
 
 
 def test_smollm2_rag_answer_is_unchanged_and_mostly_drafted(int8_engine: PagedEngine) -> None:
