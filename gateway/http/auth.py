@@ -19,11 +19,13 @@ from litestar.types import Guard
 from gateway.audit.entries import refusal_entry
 from gateway.http.errors import ApiError, unauthorized
 from gateway.http.request_context import bearer_token
-from gateway.keys.store import KeyIdentity, authenticate
+from gateway.keys.lookup_batch import KeyLookups
+from gateway.keys.store import KeyIdentity
 from gateway.services import Services
 from gateway.tracing import describe_auth, stage
 
 _IDENTITY_KEY = "bastion_identity"
+_LOOKUPS_KEY = "key_lookups"
 
 CHAT_ROLES = frozenset({"user", "admin"})
 AUDIT_ROLES = frozenset({"auditor"})
@@ -72,7 +74,7 @@ async def _authenticate(
         return None, unauthorized(
             "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'."
         )
-    identity = await asyncio.to_thread(authenticate, services.sessions, token)
+    identity = await _key_lookups(connection, services).authenticate(token)
     if identity is None:
         return None, unauthorized(f"Incorrect API key provided: {token[:6]}****.")
     if identity.role not in roles:
@@ -84,6 +86,17 @@ async def _authenticate(
             code="insufficient_role",
         )
     return identity, None
+
+
+def _key_lookups(connection: ASGIConnection[Any, Any, Any, Any], services: Services) -> KeyLookups:
+    """The app's batched key lookups over the services' database on this event loop, made
+    on first use."""
+    state, loop = connection.app.state, asyncio.get_running_loop()
+    lookups: KeyLookups | None = state.get(_LOOKUPS_KEY)
+    if lookups is None or lookups.sessions is not services.sessions or lookups.loop is not loop:
+        lookups = KeyLookups(services.sessions, loop)
+        state[_LOOKUPS_KEY] = lookups
+    return lookups
 
 
 async def _audit_denial(

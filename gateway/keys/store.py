@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal, get_args
@@ -93,13 +94,25 @@ def create_key(
 
 def authenticate(sessions: sessionmaker[Session], secret: str) -> KeyIdentity | None:
     """The identity of a presented key, or None when it is unknown, revoked or expired."""
+    return authenticate_many(sessions, [secret])[secret]
+
+
+def authenticate_many(
+    sessions: sessionmaker[Session], secrets: Collection[str]
+) -> dict[str, KeyIdentity | None]:
+    """`authenticate` for several presented keys with one query: each secret's identity,
+    or None."""
+    by_hash = {hash_key(secret): secret for secret in secrets}
+    found: dict[str, KeyIdentity | None] = dict.fromkeys(secrets)
     with sessions() as session:
-        row = session.scalar(select(ApiKey).where(ApiKey.key_hash == hash_key(secret)))
-        if row is None or row.revoked_at is not None:
-            return None
-        if row.expires_at is not None and _aware(row.expires_at) <= utc_now():
-            return None
-        return _identity(row)
+        now = utc_now()
+        for row in session.scalars(select(ApiKey).where(ApiKey.key_hash.in_(by_hash))):
+            if row.revoked_at is not None:
+                continue
+            if row.expires_at is not None and _aware(row.expires_at) <= now:
+                continue
+            found[by_hash[row.key_hash]] = _identity(row)
+    return found
 
 
 def list_keys(sessions: sessionmaker[Session], tenant: str | None = None) -> list[KeyInfo]:
