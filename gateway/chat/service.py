@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from engine import (
@@ -46,8 +47,9 @@ from gateway.http.model_requests import (
     prompt_tokens,
     refusing_upstream,
 )
+from gateway.http.off_loop import run_stage, screens_input
 from gateway.keys.store import KeyIdentity
-from gateway.limits.quotas import charge_tokens
+from gateway.limits.quotas import charge
 from gateway.policy.runtime import PolicyRuntime
 from gateway.services import Services
 from gateway.tracing import (
@@ -164,7 +166,7 @@ class ChatService:
         """Charge the answer's tokens to the caller's token budgets."""
         used = chat.entry.prompt_tokens + chat.entry.completion_tokens
         limits = self._runtime.loaded.policy.rate_limits
-        await asyncio.to_thread(charge_tokens, self._services.limiter, identity, limits, used)
+        await charge(self._services.limiter, identity, limits, used)
 
     async def prepare(self, body: ChatCompletionRequest, entry: AuditEntry) -> PreparedChat:
         """Check `body` against the policy, screen it, retrieve its sources and build the
@@ -253,18 +255,25 @@ class ChatService:
         embedder computes it once for both.
         """
         guardrails = self._runtime.input_guardrails
+        policy = self._runtime.loaded.policy
+        screens = screens_input(policy.input)
         texts = [m.text for m in body.messages]
         last_user = next((m.text for m in reversed(body.messages) if m.role == "user"), "")
         roles = [m.role for m in body.messages]
-        pii = await asyncio.to_thread(trace_check, PII, lambda: guardrails.redact(texts))
+        pii = await run_stage(screens, trace_check, PII, lambda: guardrails.redact(texts))
         query = _last_user_text(body.messages, pii.texts)
-        retrieval = None
+        retrieval: asyncio.Future[tuple[list[RetrievedChunk], list[Verdict]]] | None = None
         if not pii.verdict.blocks:
             retrieve = in_span("retrieval", self._retrieve, describe_retrieval)
-            retrieval = asyncio.ensure_future(asyncio.to_thread(retrieve, entry, query))
+            if policy.retrieval.enabled:
+                retrieval = asyncio.ensure_future(asyncio.to_thread(retrieve, entry, query))
+            else:  # off: answered at once, with no task to wait behind the others' turns
+                retrieval = asyncio.get_running_loop().create_future()
+                retrieval.set_result(retrieve(entry, query))
         try:
-            checked = await asyncio.to_thread(
-                guardrails.check, texts, last_user, roles, pii=pii, trace=trace_check
+            checked = await run_stage(
+                screens,
+                partial(guardrails.check, texts, last_user, roles, pii=pii, trace=trace_check),
             )
         except BaseException:
             if retrieval is not None:
@@ -408,7 +417,8 @@ class ChatService:
         choice = choice or chat.first
         raw = "".join(choice.answer_parts)
         output_check = in_span("output_check", self._runtime.output.filter, describe_verdicts)
-        checked = await asyncio.to_thread(output_check, raw, chat.restorable)
+        checks = self._runtime.output.changes_text(chat.restorable)
+        checked = await run_stage(checks, output_check, raw, chat.restorable)
         chat.entry.verdicts.extend(checked.verdicts)
         finish_reason = "length" if choice.finish_reason == "length" else "stop"
         content: str | None = checked.text if released_text is None else released_text

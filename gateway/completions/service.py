@@ -37,8 +37,9 @@ from gateway.http.model_requests import (
     model_engine,
     refusing_upstream,
 )
+from gateway.http.off_loop import run_stage, screens_input
 from gateway.keys.store import KeyIdentity
-from gateway.limits.quotas import charge_tokens
+from gateway.limits.quotas import charge
 from gateway.policy.runtime import PolicyRuntime
 from gateway.services import Services
 from gateway.tracing import in_span, note_policy, trace_check, traced_deltas
@@ -178,7 +179,7 @@ class CompletionService:
                 screened.append((checked.texts[0], dict(checked.restorable)))
             return screened
 
-        return await asyncio.to_thread(screen_all)
+        return await run_stage(screens_input(self._runtime.loaded.policy.input), screen_all)
 
     @staticmethod
     def _choices(
@@ -231,15 +232,23 @@ class CompletionService:
         return self._generations(prepared, [self._pieces(prepared, c) for c in prepared.choices])
 
     async def _pieces(self, prepared: PreparedCompletion, choice: Choice) -> AsyncIterator[Piece]:
-        redactor = StreamingRedactor(
-            self._runtime.output.redactor(choice.restorable), prepared.stream_window
-        )
-        release = in_span("output_check.stream_window", redactor.release)
-        async for delta in self._deltas(prepared, choice):
-            # Holding a delta is cheap; only a due check goes to a thread, once a chunk.
-            if redactor.add(delta.text) and (released := await asyncio.to_thread(release)):
-                yield self._piece(prepared, choice, released, final=False)
-        rest = await asyncio.to_thread(in_span("output_check.stream_window", redactor.flush))
+        if not self._runtime.output.changes_text(choice.restorable):
+            # Nothing to check or restore: each delta goes out as it comes, without waiting
+            # for a word's end or a hop to a thread (a token's time at the first token).
+            async for delta in self._deltas(prepared, choice):
+                if delta.text:
+                    yield self._piece(prepared, choice, delta.text, final=False)
+            rest = ""
+        else:
+            redactor = StreamingRedactor(
+                self._runtime.output.redactor(choice.restorable), prepared.stream_window
+            )
+            release = in_span("output_check.stream_window", redactor.release)
+            async for delta in self._deltas(prepared, choice):
+                # Holding a delta is cheap; only a due check goes to a thread, once a chunk.
+                if redactor.add(delta.text) and (released := await asyncio.to_thread(release)):
+                    yield self._piece(prepared, choice, released, final=False)
+            rest = await asyncio.to_thread(in_span("output_check.stream_window", redactor.flush))
         last = self._piece(prepared, choice, rest, final=True)
         if last.text or (last.logprobs and last.logprobs["tokens"]):
             yield last
@@ -289,7 +298,8 @@ class CompletionService:
         whole answer, for the audit record and, when nothing was streamed (`released`
         None), for the text itself; a blocking verdict withholds the text."""
         check_answers = in_span("output_check", self._check_answers)
-        results = await asyncio.to_thread(check_answers, prepared, released)
+        checks = any(self._runtime.output.changes_text(c.restorable) for c in prepared.choices)
+        results = await run_stage(checks, check_answers, prepared, released)
         entry = prepared.entry
         filtered = any(r.finish_reason == "content_filter" for r in results)
         entry.outcome = "content_filter" if filtered else "ok"
@@ -318,7 +328,7 @@ class CompletionService:
         """Charge the answers' tokens to the caller's token budgets."""
         used = prepared.entry.prompt_tokens + prepared.entry.completion_tokens
         limits = self._runtime.loaded.policy.rate_limits
-        await asyncio.to_thread(charge_tokens, self._services.limiter, identity, limits, used)
+        await charge(self._services.limiter, identity, limits, used)
 
 
 def _refuse_unsupported(body: CompletionRequest) -> None:

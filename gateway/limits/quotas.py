@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from litestar.connection import ASGIConnection
@@ -10,6 +9,7 @@ from litestar.handlers import BaseRouteHandler
 
 from gateway.http.auth import identity_of, services_of
 from gateway.http.errors import ApiError
+from gateway.http.off_loop import run_stage
 from gateway.keys.store import KeyIdentity
 from gateway.limits.rate_limit import RateLimiter
 from gateway.policy.runtime import policy_for
@@ -70,10 +70,19 @@ def charge_tokens(
             limiter.add(bucket, tokens)
 
 
+async def charge(
+    limiter: RateLimiter, identity: KeyIdentity, limits: RateLimits, tokens: int
+) -> None:
+    """`charge_tokens`, off the event loop when the limiter does I/O."""
+    await run_stage(not limiter.local, charge_tokens, limiter, identity, limits, tokens)
+
+
 async def admit_guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
     """Guard, after the role guard: the caller's policy (403 without one) admits the
     request under its rate limits (429), before the body is read."""
     services = services_of(connection)
     identity = identity_of(connection)
     limits = policy_for(services.policies, identity).loaded.policy.rate_limits
-    await asyncio.to_thread(admit, services.limiter, identity, limits)
+    limiter = services.limiter
+    # Counted in memory, on the event loop; a Redis round trip goes to a thread.
+    await run_stage(not limiter.local, admit, limiter, identity, limits)

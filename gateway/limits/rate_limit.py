@@ -25,6 +25,10 @@ class RateDecision:
 class RateLimiter(Protocol):
     """Counts usage of a bucket within the current minute."""
 
+    # True when counting does no I/O (microseconds), so callers may count on the event
+    # loop instead of taking a trip to a thread.
+    local: bool
+
     def hit(self, bucket: str, limit: int, amount: int = 1) -> RateDecision:
         """Add `amount` unless that would pass `limit`; say whether it was allowed."""
         ...
@@ -43,6 +47,8 @@ def _window(now: float) -> tuple[int, int]:
 
 class InMemoryRateLimiter:
     """One process's counters; old windows are dropped as new ones start."""
+
+    local = True
 
     def __init__(self) -> None:
         self._counts: dict[tuple[str, int], int] = {}
@@ -75,6 +81,8 @@ class InMemoryRateLimiter:
 
 class RedisRateLimiter:
     """Counters shared by every process that uses the same Redis."""
+
+    local = False  # a round trip to Redis each time
 
     # Increment only when the result stays within the limit, atomically.
     _HIT = """

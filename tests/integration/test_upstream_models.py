@@ -123,7 +123,18 @@ class ScriptedUpstream:
                 b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n"
                 b"transfer-encoding: chunked\r\n\r\n"
             )
-            events = [{"choices": [{"index": 0, "delta": {"content": t}}]} for t in self._texts]
+            # A text completion's chunks carry `text`, a chat's `delta.content`.
+            completions = request.split(b"\r\n", 1)[0].startswith(b"POST /v1/completions ")
+            events = [
+                {
+                    "choices": [
+                        {"index": 0, "text": t}
+                        if completions
+                        else {"index": 0, "delta": {"content": t}}
+                    ]
+                }
+                for t in self._texts
+            ]
             if not self._dies:
                 events.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
                 usage = {"prompt_tokens": 9, "completion_tokens": len(self._texts)}
@@ -586,6 +597,17 @@ def test_with_no_output_check_the_stream_passes_each_piece_on_as_it_came(
     pieces = [
         c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content
     ]
+    assert pieces == ["Write to ", "me at jane.", "roe@exam", "ple.com any", " time."]
+
+
+def test_with_no_output_check_a_completions_stream_passes_each_piece_on_as_it_came(
+    bastion: UpstreamBastion,
+) -> None:
+    """The same for text completions, whose stream held pieces back as chat's did."""
+    chunks = bastion.tenant_client("unchecked").completions.create(
+        model=LEAKY_ID, prompt="How do I reach you?", max_tokens=32, stream=True
+    )
+    pieces = [c.choices[0].text for c in chunks if c.choices and c.choices[0].text]
     assert pieces == ["Write to ", "me at jane.", "roe@exam", "ple.com any", " time."]
 
 
