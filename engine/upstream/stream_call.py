@@ -10,6 +10,7 @@ seconds at most between lines and `total` for the whole answer; there a failure 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -26,6 +27,9 @@ from engine.upstream.sse import DONE, MalformedStream, parse_line
 RETRYABLE_STATUSES = frozenset({502, 503, 504})
 # A 4xx the client should see as is; any other 4xx reaches it as a 400.
 PASSED_ON_STATUSES = frozenset({400, 404, 413, 422, 429})
+# After `[DONE]`, the wait for the rest of the body (the chunked encoding's last chunk),
+# without which the connection cannot be kept for another request.
+BODY_END_WAIT_S = 0.05
 
 
 class AttemptFailed(Exception):
@@ -70,7 +74,16 @@ class StreamCall:
                 yield following
 
     async def aclose(self) -> None:
-        await self.response.aclose()
+        """Closes the response; after the answer's end, reads the body's own end first
+        (briefly), so that the connection goes back to the pool instead of closing."""
+        try:
+            if self.ended:
+                with contextlib.suppress(TimeoutError, httpx2.HTTPError):
+                    async with asyncio.timeout(BODY_END_WAIT_S):
+                        async for _ in self.lines:
+                            pass
+        finally:
+            await self.response.aclose()
 
     async def _next_chunk(self, deadline: float) -> ChunkText | None:
         """The next line's text (None: a line without any) if it comes by `deadline` (the

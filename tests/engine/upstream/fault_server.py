@@ -24,6 +24,7 @@ Mode = Literal[
     "error_mid_stream",
     "reset_mid_stream",  # two chunks, then a TCP reset (a crash, a killed proxy)
     "keep_alive",  # answers with the connection kept, then closes it when a request comes
+    "kept",  # streams in the chunked encoding, every request of a connection (as servers do)
 ]
 
 SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
@@ -50,6 +51,7 @@ class FaultServer:
     active: int = 0
     max_active: int = 0
     dropped: int = 0  # keep_alive: requests that met a connection closing under them
+    connections: int = 0
     context_window: int | None = None
     tokens: int | None = None  # what `/tokenize` answers; None: it is not found (404)
     tokenized: int = 0
@@ -64,37 +66,11 @@ class FaultServer:
         return len(self.bodies)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            request_line, *header_lines = head.decode().strip().split("\r\n")
-            method = request_line.split()[0]
-            headers = {
-                name.strip().lower(): value.strip()
-                for name, _, value in (line.partition(":") for line in header_lines)
-            }
-            length = int(headers.get("content-length", 0))
-            body = await reader.readexactly(length) if length else b""
-            if method == "GET":
-                if self.mode == "hang":
-                    await self._until_closed(reader)
-                    return
-                models = [] if self.context_window is None else [self._model()]
-                status = "200 OK" if self.healthy else "500 Internal Server Error"
-                await self._json(writer, status, {"object": "list", "data": models})
-            elif request_line.split()[1].endswith("/tokenize"):
-                self.tokenized += 1
-                found = self.tokens is not None
-                answer = {"count": self.tokens} if found else {"detail": "Not Found"}
-                await self._json(writer, "200 OK" if found else "404 Not Found", answer)
-            else:
-                self.bodies.append(json.loads(body))
-                self.authorizations.append(headers.get("authorization", ""))
-                self.active += 1
-                self.max_active = max(self.max_active, self.active)
-                try:
-                    await self._answer(reader, writer)
-                finally:
-                    self.active -= 1
+            await self._serve_one(reader, writer)
+            while self.mode == "kept":
+                await self._serve_one(reader, writer)
             if self.mode == "keep_alive":
                 # As a server whose idle timeout fires just as the next request arrives.
                 await reader.readuntil(b"\r\n\r\n")
@@ -104,12 +80,44 @@ class FaultServer:
         finally:
             writer.close()
 
+    async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        request_line, *header_lines = head.decode().strip().split("\r\n")
+        method = request_line.split()[0]
+        headers = {
+            name.strip().lower(): value.strip()
+            for name, _, value in (line.partition(":") for line in header_lines)
+        }
+        length = int(headers.get("content-length", 0))
+        body = await reader.readexactly(length) if length else b""
+        if method == "GET":
+            if self.mode == "hang":
+                await self._until_closed(reader)
+                return
+            models = [] if self.context_window is None else [self._model()]
+            status = "200 OK" if self.healthy else "500 Internal Server Error"
+            await self._json(writer, status, {"object": "list", "data": models})
+        elif request_line.split()[1].endswith("/tokenize"):
+            self.tokenized += 1
+            found = self.tokens is not None
+            answer = {"count": self.tokens} if found else {"detail": "Not Found"}
+            await self._json(writer, "200 OK" if found else "404 Not Found", answer)
+        else:
+            self.bodies.append(json.loads(body))
+            self.authorizations.append(headers.get("authorization", ""))
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+            try:
+                await self._answer(reader, writer)
+            finally:
+                self.active -= 1
+
     def _model(self) -> dict[str, Any]:
         return {"id": "smollm2", "object": "model", "max_model_len": self.context_window}
 
     async def _json(self, writer: asyncio.StreamWriter, status: str, payload: Any) -> None:
         body = json.dumps(payload).encode()
-        kept = self.mode == "keep_alive"
+        kept = self.mode in ("keep_alive", "kept")
         writer.write(
             f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n".encode()
             + f"Content-Length: {len(body)}\r\n".encode()
@@ -134,6 +142,15 @@ class FaultServer:
                 + f"Content-Length: {len(body)}\r\n\r\n".encode()
                 + body
             )
+        elif self.mode == "kept":
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n"
+            )
+            for event in (chat_chunk("kept"), chat_chunk("", "stop"), "[DONE]"):
+                data = sse(event)
+                writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            writer.write(b"0\r\n\r\n")
         elif self.mode == "reset_mid_stream":
             writer.write(SSE_HEAD + sse(chat_chunk("w0 ")) + sse(chat_chunk("w1 ")))
             await writer.drain()

@@ -270,3 +270,21 @@ def test_a_reset_mid_answer_is_a_502_that_names_the_error() -> None:
         assert "ReadError: ConnectionResetError: [Errno 104]" in str(caught.value)
 
     asyncio.run(scenario())
+
+
+def test_streams_one_after_another_share_a_kept_connection() -> None:
+    """The body's end after `[DONE]` is read, so the connection goes back to the pool (a
+    TCP, and over https a TLS, handshake spared per request)."""
+
+    async def scenario() -> None:
+        async with fault_server("kept") as server:
+            config = upstream_config(server.base_url, health_interval_s=60)
+            async with open_engine(config) as engine:
+                await engine.start()
+                for _ in range(5):
+                    texts = [delta.text for delta in await collect(engine, ask())]
+                    assert texts == ["kept", ""]
+            assert server.posts == 5
+            assert server.connections <= 2  # the health checks' may be another
+
+    asyncio.run(scenario())
