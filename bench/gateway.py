@@ -53,8 +53,8 @@ from engine import (  # noqa: E402
 from engine.model_source import load_pretrained  # noqa: E402
 from engine.tokenization import encode_chat  # noqa: E402
 from gateway.db.connection import make_db_engine, make_session_factory  # noqa: E402
-from gateway.engine_loading import load_engine  # noqa: E402
 from gateway.keys.store import create_key  # noqa: E402
+from gateway.services import load_engine  # noqa: E402
 from gateway.settings import Settings  # noqa: E402
 from guardrails.train_injection import SHARED_DATA  # noqa: E402
 from retrieval import smart_format  # noqa: E402

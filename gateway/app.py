@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import AsyncIterator
-from concurrent.futures import Future
 from contextlib import asynccontextmanager
 
 import structlog
@@ -14,7 +12,6 @@ from litestar.datastructures import State
 from litestar.openapi import OpenAPIConfig
 from opentelemetry.trace import TracerProvider
 
-from engine import Engine
 from gateway.audit.review_page import REVIEW_PAGE_ROUTER
 from gateway.audit.routes import AUDIT_ROUTER
 from gateway.chat.routes import CHAT_PATH, CHAT_ROUTER
@@ -43,12 +40,11 @@ def create_app(
     settings: Settings,
     services: Services | None = None,
     tracer_provider: TracerProvider | None = None,
-    engine_loading: Future[Engine | None] | None = None,
 ) -> Litestar:
     """Build the app. Without `services`, they load in the background after start-up,
-    so `/healthz` answers at once and `/readyz` turns ready when loading is done; the
-    engine's load may be under way already (`engine_loading`). Without `tracer_provider`,
-    the `OTEL_*` variables decide whether requests are traced (not by default)."""
+    so `/healthz` answers at once and `/readyz` turns ready when loading is done.
+    Without `tracer_provider`, the `OTEL_*` variables decide whether requests are traced
+    (not by default)."""
     owned_provider = None if tracer_provider is not None else tracer_provider_from_env()
     tracing = tracer_provider or owned_provider
 
@@ -56,7 +52,7 @@ def create_app(
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         tasks: list[asyncio.Task[None]] = []
         if app.state.get("services") is None:
-            tasks.append(asyncio.create_task(_load_in_background(app, settings, engine_loading)))
+            tasks.append(asyncio.create_task(_load_in_background(app, settings)))
         if settings.policy_reload_seconds > 0:
             tasks.append(asyncio.create_task(_watch_policies(app, settings)))
         try:
@@ -110,13 +106,9 @@ def create_app(
     )
 
 
-async def _load_in_background(
-    app: Litestar, settings: Settings, engine_loading: Future[Engine | None] | None
-) -> None:
+async def _load_in_background(app: Litestar, settings: Settings) -> None:
     try:
-        app.state.services = await asyncio.to_thread(
-            functools.partial(load_services, settings, engine_loading=engine_loading)
-        )
+        app.state.services = await asyncio.to_thread(load_services, settings)
     except Exception as exc:
         log.exception("gateway.load_failed")
         app.state.load_error = f"{type(exc).__name__}: {exc}"

@@ -5,20 +5,27 @@ from __future__ import annotations
 import ctypes
 import gc
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import structlog
+import torch
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from engine import Engine
+from engine import (
+    Engine,
+    EngineConfig,
+    PagedEngine,
+    default_model_source,
+    model_source_from_path,
+)
 from gateway.audit.log import AuditLog
 from gateway.db.connection import make_db_engine, make_session_factory
 from gateway.db.migrations import upgrade_database
-from gateway.engine_loading import load_engine, timed_stage
 from gateway.limits.rate_limit import RateLimiter, make_rate_limiter
 from gateway.models import ModelRegistry, load_models_file
 from gateway.policy.registry import PolicyRegistry
@@ -54,18 +61,37 @@ def open_database(settings: Settings) -> sessionmaker[Session]:
     return make_session_factory(make_db_engine(settings.resolved_database_url))
 
 
+def engine_config(settings: Settings) -> EngineConfig:
+    """The engine's settings as the operator gave them; the engine resolves `auto`
+    weights for its device itself."""
+    config = EngineConfig(
+        weights=settings.engine_weights,
+        num_threads=settings.engine_threads,
+        native_decode=settings.native_decode,
+        native_cache_dir=settings.native_cache_dir,
+        speculative_tokens=settings.speculative_tokens,
+    )
+    if settings.kv_cache_mb is None:
+        return config
+    return replace(config, kv_cache_mb=settings.kv_cache_mb)
+
+
+def load_engine(settings: Settings) -> Engine:
+    """The embedded engine on the configured model (default: SmolLM2) and device."""
+    source = model_source_from_path(settings.model_path) if settings.model_path else None
+    device = settings.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return PagedEngine.load(
+        source or default_model_source(), device=device, config=engine_config(settings)
+    )
+
+
 def load_services(
-    settings: Settings,
-    *,
-    engine: Engine | None = None,
-    embedder: Embedder | None = None,
-    engine_loading: Future[Engine | None] | None = None,
+    settings: Settings, *, engine: Engine | None = None, embedder: Embedder | None = None
 ) -> Services:
     """Load database, models, indexes and policy; ingest the sample corpus on first start.
 
     `engine` and `embedder` are loaded from the settings unless given (tests share one
-    engine between servers; the wiring is the same either way). `engine_loading` is an
-    engine load already under way (`bastion serve` starts it before the gateway imports).
+    engine between servers; the wiring is the same either way).
     """
     started = time.perf_counter()
     # A bad models file stops the start before anything slow loads.
@@ -76,20 +102,20 @@ def load_services(
     # embedder and ingests the sample corpus: most of each is numpy, torch or file reads,
     # which release the GIL (bench/cold_start.py measures the start).
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="load") as loaders:
-        engine_loaded: Future[Engine | None] = engine_loading or (
-            loaders.submit(timed_stage, "engine", load_engine, settings)
+        engine_loaded: Future[Engine | None] = (
+            loaders.submit(_timed, "engine", load_engine, settings)
             if engine is None and embedded
             else _given(engine)
         )
-        analyzer_loaded = loaders.submit(timed_stage, "pii_analyzer", build_analyzer)
-        embedder = embedder or timed_stage("embedder", Embedder.load)
+        analyzer_loaded = loaders.submit(_timed, "pii_analyzer", build_analyzer)
+        embedder = embedder or _timed("embedder", Embedder.load)
         # Requests get their own copy: bf16 where native, on the cores the engine leaves.
         request_embedder = embedder.request_copy()
         store = DocumentStore(
             sessions, embedder, settings.index_dir, query_embedder=request_embedder
         )
         if settings.sample_corpus is not None:
-            timed_stage(
+            _timed(
                 "sample_corpus",
                 ingest_sample_corpus,
                 settings,
@@ -99,9 +125,7 @@ def load_services(
             )
         audit = AuditLog(sessions)
         analyzer_loaded.result()  # the policies' PII checks take the analyzer built there
-        policies = timed_stage(
-            "policies", open_policies, settings.policy_dir, request_embedder, audit
-        )
+        policies = _timed("policies", open_policies, settings.policy_dir, request_embedder, audit)
         served = engine_loaded.result()
     models = ModelRegistry(settings.models_file, served)
     models.reload(actor="startup")
@@ -141,6 +165,14 @@ def _given(value: T) -> Future[T]:
     given: Future[T] = Future()
     given.set_result(value)
     return given
+
+
+def _timed(stage: str, load: Callable[..., T], *args: Any) -> T:
+    """`load(*args)`, logging how long the start-up stage took."""
+    started = time.perf_counter()
+    result = load(*args)
+    log.info("gateway.stage_loaded", stage=stage, seconds=round(time.perf_counter() - started, 2))
+    return result
 
 
 def ingest_sample_corpus(

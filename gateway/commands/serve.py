@@ -20,10 +20,6 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def run(settings: Settings, _: argparse.Namespace) -> int:
-    from gateway.engine_loading import start_engine_load
-
-    # First: the engine loads on its own thread while the main one imports the rest.
-    engine_loading = start_engine_load(settings)
     import uvicorn
 
     from gateway.app import create_app
@@ -38,7 +34,7 @@ def run(settings: Settings, _: argparse.Namespace) -> int:
     print(f"Bastion is starting on {url}  (OpenAI base URL: {url}/v1)", flush=True)
     print(f"API key for tenant '{settings.default_tenant}': {key}", flush=True)
     print(f"Readiness: {url}/readyz turns 200 once the models are loaded.", flush=True)
-    app = create_app(settings, engine_loading=engine_loading)
+    app = create_app(settings)
     # Litestar's default logging config takes the root logger's handlers: one format again.
     configure_logging(settings.log_json)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None)

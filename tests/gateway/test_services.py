@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from engine import WeightChoice, resolve_engine_config
-from gateway.engine_loading import engine_config
+from gateway.services import engine_config
 from gateway.settings import Settings
 
 
