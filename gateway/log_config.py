@@ -1,4 +1,8 @@
-"""Structured logs on stderr: key-value lines, or JSON when `BASTION_LOG_JSON` is true.
+"""Structured logs on stderr: one JSON object a line for a log collector, readable
+key-value lines for a person at a terminal.
+
+`BASTION_LOG_JSON` chooses; unset, the logs are JSON unless stdout and stderr are both a
+terminal: a container, a service manager or a redirect gets records a machine can read.
 
 One format for everything: our structlog events and the standard-library loggers of the
 libraries underneath (uvicorn, alembic, Litestar, presidio, ...), whose records pass
@@ -43,9 +47,18 @@ class _StderrHandler(logging.StreamHandler[TextIO]):
         """The stream is always the current stderr."""
 
 
-def configure_logging(json_logs: bool) -> None:
+def logs_as_json(choice: bool | None) -> bool:
+    """The operator's choice, or JSON unless a person is watching a terminal."""
+    if choice is not None:
+        return choice
+    return not (sys.stdout.isatty() and sys.stderr.isatty())
+
+
+def configure_logging(json_logs: bool | None) -> None:
     renderer: structlog.typing.Processor = (
-        structlog.processors.JSONRenderer() if json_logs else structlog.dev.ConsoleRenderer()
+        structlog.processors.JSONRenderer()
+        if logs_as_json(json_logs)
+        else structlog.dev.ConsoleRenderer()
     )
     structlog.configure(
         processors=[

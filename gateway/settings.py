@@ -91,7 +91,11 @@ class Settings(BaseSettings):
         "requests are refused with 503 and /readyz says 503; keep it below the pod's "
         "terminationGracePeriodSeconds (60 in deploy/).",
     )
-    log_json: bool = Field(default=False, description="Log JSON lines instead of key=value.")
+    log_json: bool | None = Field(
+        default=None,
+        description="Log one JSON object a line (true) or readable key=value lines (false); "
+        "default: JSON unless stdout and stderr are both a terminal.",
+    )
     sample_corpus: Path | None = REPO_ROOT / "docs" / "sample-corpus"
     default_tenant: str = "default"
     default_collection: str = "docs"
