@@ -22,7 +22,7 @@ from gateway.models.schema import LoadedModels, ModelsFileError, load_models_fil
 log = structlog.get_logger(__name__)
 
 # A file's modification time and size; None while it is missing.
-_Fingerprint = tuple[int, int] | None
+_Fingerprint = tuple[int, int, int] | None
 
 
 class UnknownModel(LookupError):
@@ -40,7 +40,7 @@ class _Snapshot:
     loaded: LoadedModels | None = None
     upstreams: dict[str, Engine] = field(default_factory=dict)
     configs: dict[str, UpstreamConfig] = field(default_factory=dict)
-    fingerprint: _Fingerprint = (-1, -1)  # never a file's: the first look loads
+    fingerprint: _Fingerprint = (-1, -1, -1)  # never a file's: the first look loads
 
     @property
     def embedded(self) -> bool:
@@ -189,4 +189,6 @@ class ModelRegistry:
             stat = path.stat()
         except FileNotFoundError:
             return None
-        return (stat.st_mtime_ns, stat.st_size)
+        # The inode too: a ConfigMap volume's update swaps its `..data` link to a new file,
+        # which may keep the old one's size and time.
+        return (stat.st_ino, stat.st_mtime_ns, stat.st_size)

@@ -60,7 +60,7 @@ class _Snapshot(Generic[R]):
     by_tenant: dict[str, R] = field(default_factory=dict)
     by_key: dict[str, R] = field(default_factory=dict)
     errors: dict[Path, str] = field(default_factory=dict)
-    fingerprint: tuple[tuple[str, int, int], ...] = ()
+    fingerprint: tuple[tuple[str, int, int, int], ...] = ()
 
 
 @dataclass
@@ -205,7 +205,7 @@ class PolicyRegistry(Generic[R]):
         state.changes.append(change)
 
     def _rebind(
-        self, state: _Reload[R], fingerprint: tuple[tuple[str, int, int], ...]
+        self, state: _Reload[R], fingerprint: tuple[tuple[str, int, int, int], ...]
     ) -> _Snapshot[R]:
         """The snapshot of `state`'s entries, with their tenants and keys bound."""
         by_tenant, by_key = self._bindings(state.by_path, state.errors)
@@ -235,12 +235,14 @@ class PolicyRegistry(Generic[R]):
                     table[name] = entry.runtime
         return by_tenant, by_key
 
-    def _fingerprint(self) -> tuple[tuple[str, int, int], ...]:
+    def _fingerprint(self) -> tuple[tuple[str, int, int, int], ...]:
+        # The inode too: a ConfigMap volume's update swaps its `..data` link to a folder of
+        # new files, which may keep the old ones' sizes and times.
         entries = []
         for path in sorted(self._folder.glob("*.yaml")):
             try:
                 stat = path.stat()
             except FileNotFoundError:
                 continue
-            entries.append((path.name, stat.st_mtime_ns, stat.st_size))
+            entries.append((path.name, stat.st_ino, stat.st_mtime_ns, stat.st_size))
         return tuple(entries)

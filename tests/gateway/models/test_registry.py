@@ -11,6 +11,7 @@ import pytest
 
 from engine import ChatMessage, Engine, GenerationRequest, TokenDelta, UpstreamConfig
 from gateway.models import ModelRegistry, ModelsFileError, UnknownModel
+from tests.support.configmap_volume import ConfigMapVolume
 
 
 class RecordingEngine:
@@ -160,3 +161,16 @@ def test_a_bad_edit_keeps_the_last_good_version(tmp_path: Path, embedded: Record
     assert registry.reload()
     assert registry.error is None
     assert registry.model_ids() == ["SmolLM2", "big", "small"]
+
+
+def test_a_configmap_update_of_the_models_file_is_picked_up(
+    tmp_path: Path, embedded: RecordingEngine
+) -> None:
+    """The kubelet's update swaps `..data` to a new file of the same size and time."""
+    volume = ConfigMapVolume(tmp_path, {"models.yaml": models_yaml("big")})
+    registry = ModelRegistry(tmp_path / "models.yaml", embedded, upstream)
+    registry.reload(actor="startup")
+    assert registry.model_ids() == ["SmolLM2", "big"]
+    volume.update({"models.yaml": models_yaml("bog")}, same_times=True)
+    registry.reload()
+    assert registry.model_ids() == ["SmolLM2", "bog"]

@@ -10,6 +10,7 @@ import pytest
 from gateway.keys.store import KeyIdentity
 from gateway.policy.registry import NoPolicyError, PolicyChange, PolicyRegistry
 from gateway.policy.schema import LoadedPolicy
+from tests.support.configmap_volume import ConfigMapVolume
 
 ALICE = KeyIdentity("key-alice", "acme", "user")
 
@@ -103,3 +104,15 @@ def test_a_corrupted_file_keeps_the_last_good_policy(folder: Path, corrupted: by
     reg.reload()
     assert reg.for_identity(ALICE) is good
     assert reg.reload_failures == 1
+
+
+def test_a_configmap_update_swaps_in_even_with_the_same_size_and_time(tmp_path: Path) -> None:
+    """The kubelet's update: a new folder of files behind the `..data` link."""
+    text = "name: acme\napplies_to:\n  tenants: [acme]\nmodel:\n  max_tokens: {}\n"
+    volume = ConfigMapVolume(tmp_path, {"acme.yaml": text.format(100)})
+    reg = registry(tmp_path, [])
+    assert reg.for_identity(ALICE).policy.model.max_tokens == 100
+    volume.update({"acme.yaml": text.format(420)}, same_times=True)  # one byte longer
+    assert reg.reload() and reg.for_identity(ALICE).policy.model.max_tokens == 420
+    volume.update({"acme.yaml": text.format(421)}, same_times=True)  # same size and time
+    assert reg.reload() and reg.for_identity(ALICE).policy.model.max_tokens == 421
