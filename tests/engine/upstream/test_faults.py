@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -286,5 +290,68 @@ def test_streams_one_after_another_share_a_kept_connection() -> None:
                     assert texts == ["kept", ""]
             assert server.posts == 5
             assert server.connections <= 2  # the health checks' may be another
+
+    asyncio.run(scenario())
+
+
+@contextmanager
+def listener_that_never_accepts() -> Iterator[str]:
+    """A port whose accept queue is full: the kernel drops further connection attempts, so
+    a client's connect hangs as it does towards a host that is down."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(0)
+    port = server.getsockname()[1]
+    fillers = []
+    for _ in range(4):
+        filler = socket.socket()
+        filler.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            filler.connect(("127.0.0.1", port))
+        fillers.append(filler)
+    time.sleep(0.1)
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        for filler in fillers:
+            filler.close()
+        server.close()
+
+
+def test_a_connection_not_accepted_in_time_is_a_504_after_the_connect_timeout() -> None:
+    timeouts = UpstreamTimeouts(connect=0.3, first_token=5.0, idle=5.0, total=10.0)
+
+    async def scenario(base_url: str) -> tuple[UpstreamUnavailable, float]:
+        config = upstream_config(base_url, timeouts=timeouts, max_retries=0)
+        async with open_engine(config) as engine:
+            started = time.monotonic()
+            with pytest.raises(UpstreamUnavailable) as caught:
+                await collect(engine, ask())
+            return caught.value, time.monotonic() - started
+
+    with listener_that_never_accepts() as base_url:
+        error, elapsed = asyncio.run(scenario(base_url))
+    assert error.status == 504 and "did not accept the connection in time" in str(error)
+    assert elapsed < 2.0  # the connect timeout, not the first token's
+
+
+def test_an_answer_past_the_total_timeout_is_a_504_after_its_text() -> None:
+    """Each piece comes within the idle timeout; the whole answer may not take longer than
+    `total`."""
+    timeouts = UpstreamTimeouts(connect=1.0, first_token=1.0, idle=1.0, total=1.5)
+
+    async def scenario() -> None:
+        async with fault_server("stream", chunks=20, chunk_delay_s=0.3) as slow:
+            config = upstream_config(slow.base_url, timeouts=timeouts)
+            async with open_engine(config) as engine:
+                texts: list[str] = []
+                started = time.monotonic()
+                with pytest.raises(UpstreamUnavailable) as caught:
+                    async for delta in engine.stream(ask(max_tokens=64)):
+                        texts.append(delta.text)
+                elapsed = time.monotonic() - started
+        assert caught.value.status == 504
+        assert 2 <= len(texts) < 20
+        assert 1.5 <= elapsed < 2.5
 
     asyncio.run(scenario())
