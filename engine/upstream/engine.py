@@ -265,7 +265,9 @@ class UpstreamEngine:
             (reader.finish_reason or "stop") if last else None,
             logprobs,
             reader.cached_prompt_tokens,
-            served_by=call.base_url if last else "",
+            # On every delta: a stream its client leaves never reaches the last one, and
+            # its audit record must still name the server that was answering.
+            served_by=call.base_url,
         )
 
     async def _loop_state(self) -> LoopResources:

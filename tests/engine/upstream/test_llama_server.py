@@ -38,7 +38,8 @@ def test_streams_an_answer_with_the_upstreams_usage_and_server(llama_server: Lla
         *pieces, last = deltas
         assert len(pieces) >= 2 and all(d.text for d in pieces)
         assert [d.completion_tokens for d in pieces] == list(range(1, len(pieces) + 1))
-        assert all(d.finish_reason is None and d.served_by == "" for d in pieces)
+        assert all(d.finish_reason is None for d in pieces)
+        assert {d.served_by for d in deltas} == {llama_server.base_url}
         assert last.finish_reason == "length"
         assert last.completion_tokens == 8
         assert last.prompt_tokens == exact > 10
