@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/upstream.py              # rewrites the upstream section of the doc
     .venv/bin/python bench/upstream.py --quick --no-write
+    .venv/bin/python bench/upstream.py --upstream paced   # prints; the doc keeps llama-server's
 
 One llama.cpp `llama-server` (built by scripts/build_llama_server.sh, serving the SmolLM2
 GGUF) is called directly and through one `bastion serve` whose models file names it as the
@@ -17,6 +18,10 @@ order of the sides turns from round to round. Tenants:
   own time on top.
 Added latency is the median through Bastion minus the median direct, for the time to the
 first token and for the whole answer, per round; the report gives the median over rounds.
+
+llama-server's own times move with the machine's load by more than the goal's 20 ms, so
+`--upstream paced` puts bench/paced_upstream.py in its place: first token 100 ms after the
+request, then one every 25 ms, whatever the load; what is added over it is Bastion's.
 """
 
 from __future__ import annotations
@@ -27,10 +32,14 @@ import copy
 import json
 import os
 import platform
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +57,7 @@ from load import QUESTIONS, start_server, stop_server  # noqa: E402
 from gateway.db.connection import make_db_engine, make_session_factory  # noqa: E402
 from gateway.keys.store import create_key  # noqa: E402
 from tests.support.llama_server import MODEL_ALIAS, running_llama_server  # noqa: E402
+from tests.support.local_server import free_port, wait_until_ready  # noqa: E402
 
 MODEL_ID = "smollm2-upstream"
 MAX_TOKENS = 32
@@ -135,7 +145,43 @@ async def run_side(side: Side, questions: list[str], concurrent: bool) -> list[T
         return [await call for call in calls]
 
 
-def write_setup(folder: Path, upstream_url: str) -> tuple[Path, Path]:
+@dataclass(frozen=True)
+class Upstream:
+    """The server both sides end at: its `/v1` URL, its name for the model, and what it is."""
+
+    base_url: str
+    model: str
+    described: str
+
+
+@contextmanager
+def running_upstream(kind: str) -> Iterator[Upstream]:
+    """llama-server, or the paced server, until the block ends."""
+    if kind == "llama-server":
+        threads = max(1, (os.cpu_count() or 2) // 2)
+        with running_llama_server(
+            context=CONCURRENT * 512, parallel=CONCURRENT, threads=threads
+        ) as server:
+            yield Upstream(
+                server.base_url, MODEL_ALIAS, f"llama-server ({MODEL_ALIAS}, SmolLM2-135M Q8 GGUF)"
+            )
+        return
+    port = free_port()
+    script = Path(__file__).with_name("paced_upstream.py")
+    process = subprocess.Popen([sys.executable, str(script), str(port)], start_new_session=True)
+    try:
+        wait_until_ready(f"http://127.0.0.1:{port}", 30, process, interval_s=0.1, probe="/health")
+        yield Upstream(
+            f"http://127.0.0.1:{port}/v1",
+            "paced",
+            "bench/paced_upstream.py (first token at 100 ms, then one every 25 ms)",
+        )
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=10)
+
+
+def write_setup(folder: Path, upstream: Upstream) -> tuple[Path, Path]:
     """The policies of the two tenants and the models file naming the upstream."""
     default = yaml.safe_load((ROOT / "policies" / "default.yaml").read_text(encoding="utf-8"))
     default["retrieval"]["enabled"] = False
@@ -159,8 +205,8 @@ def write_setup(folder: Path, upstream_url: str) -> tuple[Path, Path]:
                     {
                         "id": MODEL_ID,
                         "upstream": {
-                            "base_urls": [upstream_url],
-                            "model": MODEL_ALIAS,
+                            "base_urls": [upstream.base_url],
+                            "model": upstream.model,
                             "max_concurrency": CONCURRENT,
                         },
                     }
@@ -184,10 +230,12 @@ def medians(timings: list[Timing]) -> tuple[float, float]:
     )
 
 
-def report(rows: dict[tuple[str, str], list[tuple[float, float]]], rounds: int) -> str:
+def report(
+    rows: dict[tuple[str, str], list[tuple[float, float]]], rounds: int, upstream: Upstream
+) -> str:
     lines = [
         f"`.venv/bin/python bench/upstream.py` on {platform.machine()}, {os.cpu_count()} "
-        f"cores, {rounds} rounds; llama-server ({MODEL_ALIAS}, SmolLM2-135M Q8 GGUF) direct "
+        f"cores, {rounds} rounds; {upstream.described} direct "
         f"and through `bastion serve` (embedded engine off), greedy, {MAX_TOKENS} tokens a "
         "streamed answer. Medians over rounds of each round's median, in ms; *added* is "
         "through Bastion minus direct in the same round.",
@@ -226,17 +274,21 @@ def main() -> None:
     parser.add_argument("--singles", type=int, default=12, help="one-at-a-time chats a round")
     parser.add_argument("--quick", action="store_true", help="1 round, 4 singles")
     parser.add_argument("--no-write", action="store_true", help="print, leave the doc alone")
+    parser.add_argument(
+        "--upstream",
+        choices=("llama-server", "paced"),
+        default="llama-server",
+        help="what both sides call; only llama-server's figures are written to the doc",
+    )
     args = parser.parse_args()
     rounds, singles = (1, 4) if args.quick else (args.rounds, args.singles)
     threads = max(1, (os.cpu_count() or 2) // 2)
     with (
         tempfile.TemporaryDirectory(prefix="bastion-upstream-") as scratch,
-        running_llama_server(
-            context=CONCURRENT * 512, parallel=CONCURRENT, threads=threads
-        ) as upstream,
+        running_upstream(args.upstream) as upstream,
     ):
         folder = Path(scratch)
-        policies, models = write_setup(folder, upstream.base_url)
+        policies, models = write_setup(folder, upstream)
         os.environ |= {
             "BASTION_POLICY_DIR": str(policies),
             "BASTION_MODELS_FILE": str(models),
@@ -246,7 +298,7 @@ def main() -> None:
         server = start_server(data_dir, folder / "serve.log")
         try:
             keys = tenant_keys(data_dir)
-            sides = [Side("direct", upstream.base_url, MODEL_ALIAS, {}, with_system=True)]
+            sides = [Side("direct", upstream.base_url, upstream.model, {}, with_system=True)]
             sides += [
                 Side(t, f"{server.base_url}/v1", MODEL_ID, {"authorization": f"Bearer {keys[t]}"},
                      with_system=False)
@@ -283,9 +335,9 @@ def main() -> None:
                         raise RuntimeError(f"the sides' prompts differ: {prompt_tokens}")
         finally:
             stop_server(server)
-    body = report(rows, rounds)
+    body = report(rows, rounds, upstream)
     print(body)
-    if not args.no_write:
+    if not args.no_write and args.upstream == "llama-server":
         write_section("upstream", "## Bastion in front of an upstream server\n\n" + body)
 
 
