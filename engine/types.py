@@ -125,7 +125,7 @@ class TokenDelta:
     `logprobs` holds one entry per token behind this delta when the request asked for them.
     `cached_prompt_tokens` counts the prompt tokens whose K/V came from the prefix cache
     (0 from an engine without one). `served_by` names the server that produced the
-    answer, on the last delta of an upstream engine's stream (a base URL; "" in-process).
+    answer, on every delta of an upstream engine's stream (a base URL; "" in-process).
     `prefill_s` is the time from the engine's scheduler admitting the request to its first
     token, so that tracing can tell the queue from the prefill (None where unknown: an
     upstream engine).
