@@ -37,6 +37,9 @@ class OutputShape:
     json_answer: bool = False  # json_object or json_schema: the answer must be JSON
     tool_mode: ToolMode = "none"
     instruction: str = ""  # added to the system prompt
+    # Whether the engine's decoding enforces `constraint`: an upstream server is asked to
+    # (`response_format`) but may not, so its JSON answer is valid only once checked.
+    enforced: bool = True
 
     def audit_details(self) -> dict[str, Any]:
         if self.constraint is None:
@@ -83,12 +86,15 @@ def output_shape(body: ChatCompletionRequest, tools: list[ToolSpec]) -> OutputSh
 
 def shape_for(shape: OutputShape, engine: Engine) -> OutputShape:
     """`shape` as `engine` can enforce it. An upstream server takes JSON constraints (as
-    `response_format`) but no structural tag: its tool calls come unconstrained, from the
-    tool prompt, and are validated afterwards as every call is."""
+    `response_format`, not enforced here: the answer is checked before it is released) but
+    no structural tag: its tool calls come unconstrained, from the tool prompt, and are
+    validated afterwards as every call is."""
+    if not isinstance(engine, UpstreamEngine):
+        return shape
     constraint = shape.constraint
-    if isinstance(engine, UpstreamEngine) and constraint and constraint.kind == "structural_tag":
-        return replace(shape, constraint=None)
-    return shape
+    if constraint and constraint.kind == "structural_tag":
+        return replace(shape, constraint=None, enforced=False)
+    return replace(shape, enforced=False)
 
 
 def tool_constraint(tools: list[ToolSpec], choice: object, parallel: bool) -> Constraint:

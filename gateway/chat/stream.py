@@ -114,12 +114,14 @@ class AnswerStream:
         return [self._chunk({"content": text}, self._logprobs_for(text))]
 
     def _holds(self, text: str) -> bool:
-        """A JSON answer that the output checks changed is held from there on: only the
-        whole answer can show it still meets the schema, and it is sent only if it does."""
+        """A JSON answer that the output checks changed, or that no constrained decoding
+        made valid (an upstream's), is held from there on: only the whole answer can show
+        it meets the schema, and it is sent only if it does."""
         self.released_text += text
-        if self.chat.shape.json_answer and not self.held:
+        shape = self.chat.shape
+        if shape.json_answer and not self.held:
             raw = "".join(self.chat.first.answer_parts)
-            if not raw.startswith(self.released_text):
+            if not shape.enforced or not raw.startswith(self.released_text):
                 self.held.append("")
         if self.held:
             self.held.append(text)
@@ -176,8 +178,9 @@ class AnswerStream:
 
     def _closing_events(self, answer: Answer) -> list[bytes]:
         closing: list[bytes] = self._held_events(answer)
-        if self.streamed_calls and not answer.tool_calls:
-            # The calls went out but failed validation over the whole answer.
+        if self.streamed_calls and not answer.tool_calls and answer.finish_reason != "length":
+            # The calls went out but failed validation over the whole answer (a call that
+            # max_tokens cut ends with `length` instead).
             raise ApiError(
                 500,
                 "The tool call the model wrote failed validation: "

@@ -213,6 +213,21 @@ def test_one_call_without_parallel_tool_calls(client: OpenAI) -> None:
     assert len(_calls(response)) == 1
 
 
+def test_a_streamed_call_cut_by_max_tokens_ends_with_length(client: OpenAI) -> None:
+    """The call's start went out; the cut is not a failed call but a `length` answer."""
+    stream = client.chat.completions.create(
+        model="",
+        messages=[{"role": "user", "content": "What is the weather in Lisbon?"}],
+        tools=[openai.pydantic_function_tool(GetWeather)],
+        tool_choice="required",
+        max_tokens=24,
+        stream=True,
+    )
+    chunks = [c for c in stream if c.choices]  # an error event would raise here
+    assert any(c.choices[0].delta.tool_calls for c in chunks)
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
 def test_streamed_calls_assemble_with_the_client_helpers(client: OpenAI) -> None:
     with client.chat.completions.stream(
         model="",

@@ -35,11 +35,13 @@ NOT_JSON_ID = "not-json-arguments-upstream"
 JSON_ID = "json-upstream"
 PROSE_ID = "prose-upstream"
 VALID_ID = "valid-call-upstream"
+VALID_JSON_ID = "valid-json-upstream"
 VALID_CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
 # `city` must be a string; the second call's arguments object never closes.
 BAD_ARGS_CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": 42}}</tool_call>'
 NOT_JSON_CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"</tool_call>'
 OFF_SCHEMA_JSON = '{"colour": "purple"}'
+VALID_JSON = '{"colour": "blue"}'
 WEATHER_TOOL: ChatCompletionFunctionToolParam = {
     "type": "function",
     "function": {
@@ -89,6 +91,7 @@ def fronted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fronted]:
         NOT_JSON_ID: ScriptedUpstream(_split(NOT_JSON_CALL), dies=False),
         VALID_ID: ScriptedUpstream(_split(VALID_CALL), dies=False),
         PROSE_ID: ScriptedUpstream(["Sure! The sky ", "is blue."], dies=False),
+        VALID_JSON_ID: ScriptedUpstream(_split(VALID_JSON), dies=False),
     }
     json_upstream = ScriptedUpstream(_split(OFF_SCHEMA_JSON), dies=False)
     proxy = RecordingProxy(json_upstream.base_url.removesuffix("/v1"))
@@ -236,3 +239,59 @@ def test_an_upstream_answer_that_is_not_json_is_withheld(fronted: Fronted) -> No
     row = fronted.audit_row(response.headers["x-request-id"])
     assert row.outcome == "content_filter"
     assert _verdicts(row, "structured_output") == ["block"]
+
+
+def _stream_events(fronted: Fronted, model: str) -> tuple[list[dict[str, object]], str, bool]:
+    """A streamed `response_format` request's events, its request id, and whether `[DONE]`
+    came."""
+    request = {
+        "model": model,
+        "messages": [{"role": "user", "content": "Pick a colour of the sky."}],
+        "max_tokens": 24,
+        "response_format": COLOUR_FORMAT,
+        "stream": True,
+    }
+    headers = {"authorization": f"Bearer {fronted.client.api_key}"}
+    with httpx.stream(
+        "POST", f"{fronted.base_url}/v1/chat/completions", json=request, headers=headers
+    ) as answer:
+        assert answer.status_code == 200
+        data = [line[6:] for line in answer.iter_lines() if line.startswith("data: ")]
+        request_id = answer.headers["x-request-id"]
+    done = "[DONE]" in data
+    return [json.loads(d) for d in data if d != "[DONE]"], request_id, done
+
+
+def _streamed_content(events: list[dict[str, object]]) -> str:
+    return "".join(
+        choice["delta"].get("content") or ""  # type: ignore[index, union-attr]
+        for event in events
+        for choice in event.get("choices", [])  # type: ignore[union-attr]
+    )
+
+
+def test_a_streamed_off_schema_answer_is_never_sent(fronted: Fronted) -> None:
+    """An upstream need not honour `response_format`: its JSON is held until the whole
+    answer is checked, and an answer that fails the schema ends the stream with an error
+    event instead of reaching the client."""
+    events, request_id, done = _stream_events(fronted, JSON_ID)
+    assert "purple" not in _streamed_content(events) and not done
+    error = events[-1]["error"]
+    assert error["code"] == "answer_withheld"  # type: ignore[index]
+    assert "$.colour fails 'enum'" in error["message"]  # type: ignore[index]
+    row = fronted.audit_row(request_id)
+    assert _verdicts(row, "structured_output") == ["block"]
+    assert (row.outcome, row.error_code) == ("error", "answer_withheld")
+
+
+def test_a_streamed_answer_that_meets_the_schema_is_sent_whole(fronted: Fronted) -> None:
+    events, request_id, done = _stream_events(fronted, VALID_JSON_ID)
+    assert done and json.loads(_streamed_content(events)) == {"colour": "blue"}
+    finishes = [
+        choice["finish_reason"]  # type: ignore[index]
+        for event in events
+        for choice in event.get("choices", [])  # type: ignore[union-attr]
+        if choice["finish_reason"]  # type: ignore[index]
+    ]
+    assert finishes == ["stop"]
+    assert fronted.audit_row(request_id).outcome == "ok"
