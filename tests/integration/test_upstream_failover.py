@@ -371,10 +371,13 @@ def test_both_upstreams_answer_and_the_audit_names_which_did(pair: Pair) -> None
     pair.ensure_llama_serving()
     long_nonce, short_nonce = nonce(), nonce()
     long_id, stream = pair.count_aloud(long_nonce, max_tokens=200)
-    assert first_text(stream)
+    first = first_text(stream)
     # llama-server's one slot is taken by the stream: the next request goes to the next URL.
     short = pair.ask(short_nonce)
-    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    # On a busy machine the output checks may release the rest of the answer with its
+    # first piece: what counts is that the whole answer came.
+    answer = first + "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert answer.strip() and pair.audit_row(long_id).outcome == "ok"
 
     assert pair.upstream_of(long_id) == pair.llama.base_url
     assert pair.upstream_of(short.request_id) == pair.inner.base_url
