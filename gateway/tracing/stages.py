@@ -184,6 +184,7 @@ def describe_entry(entry: AuditEntry) -> None:
         POLICY_VERSION: entry.policy_version,
         MODEL: entry.model,
         ERROR_CODE: entry.error_code,
+        UPSTREAM: entry.upstream,  # also where no engine span says it: refused at once
     }
     attributes |= {name: value for name, value in optional.items() if value is not None}
     cached = entry.details.get("cached_prompt_tokens")

@@ -28,6 +28,9 @@ from tests.support.local_server import free_port, serve_in_thread
 
 MODEL_ID = "traced-upstream"
 DYING_ID = "dying-upstream"
+REFUSING_ID = "refusing-upstream"
+# No server listens here: every connection is refused, before any engine span starts.
+REFUSING_URL = f"http://127.0.0.1:{free_port()}/v1"
 ANSWER = ["The amber ", "lighthouse keeper ", "waves at ", "the ships."]
 UPSTREAM_USAGE = (9, len(ANSWER))  # what the scripted upstream reports: prompt, completion
 
@@ -73,7 +76,11 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TracedUpstream]
         + "".join(
             f'  - id: {model_id}\n    upstream:\n      base_urls: ["{url}"]\n      model: m\n'
             "      context_window: 2048\n      tokenizer: estimate\n"
-            for model_id, url in ((MODEL_ID, upstream.base_url), (DYING_ID, dying.base_url))
+            for model_id, url in (
+                (MODEL_ID, upstream.base_url),
+                (DYING_ID, dying.base_url),
+                (REFUSING_ID, REFUSING_URL),
+            )
         )
         + "embedded: false\n"
     )
@@ -190,3 +197,21 @@ def test_an_upstream_dying_mid_stream_fails_the_decode_span_and_names_the_upstre
     assert description.isidentifier() and description.endswith("Error")  # a type, no message
     assert (decode.attributes or {})["bastion.upstream"] == traced.dying_url
     assert "gen_ai.response.finish_reasons" not in (decode.attributes or {})
+
+
+def test_an_upstream_that_refuses_the_connection_is_named_on_the_request_span(
+    traced: TracedUpstream,
+) -> None:
+    request_id = f"trace-{uuid.uuid4().hex[:12]}"
+    with pytest.raises(openai.APIStatusError) as caught:
+        traced.client.chat.completions.create(
+            model=REFUSING_ID,
+            messages=[{"role": "user", "content": "Greet me."}],
+            max_tokens=8,
+            extra_headers={"x-request-id": request_id},
+        )
+    assert caught.value.status_code == 503
+    (server,) = (s for s in traced.trace_of(request_id) if s.kind == SpanKind.SERVER)
+    attributes = server.attributes or {}
+    assert attributes["bastion.upstream"] == REFUSING_URL
+    assert attributes["bastion.error_code"] == "upstream_unavailable"
