@@ -167,16 +167,9 @@ def test_an_upstreams_streamed_call_that_fails_its_schema_ends_with_an_error_eve
         "max_tokens": 64,
         "stream": True,
     }
-    headers = {"authorization": f"Bearer {fronted.client.api_key}"}
-    with httpx.stream(
-        "POST", f"{fronted.base_url}/v1/chat/completions", json=request, headers=headers
-    ) as answer:
-        assert answer.status_code == 200
-        data = [line[6:] for line in answer.iter_lines() if line.startswith("data: ")]
-        request_id = answer.headers["x-request-id"]
-    assert "[DONE]" not in data
-    events = [json.loads(d) for d in data]
-    error = events[-1]["error"]
+    events, request_id, done = _streamed(fronted, request)
+    assert not done
+    error = events[-1]["error"]  # type: ignore[index]
     assert error["code"] == "invalid_tool_call" and error["type"] == "server_error"
     assert "$.city" in error["message"]
     row = fronted.audit_row(request_id)
@@ -251,6 +244,13 @@ def _stream_events(fronted: Fronted, model: str) -> tuple[list[dict[str, object]
         "response_format": COLOUR_FORMAT,
         "stream": True,
     }
+    return _streamed(fronted, request)
+
+
+def _streamed(
+    fronted: Fronted, request: dict[str, object]
+) -> tuple[list[dict[str, object]], str, bool]:
+    """A streamed request's events, its request id, and whether `[DONE]` came."""
     headers = {"authorization": f"Bearer {fronted.client.api_key}"}
     with httpx.stream(
         "POST", f"{fronted.base_url}/v1/chat/completions", json=request, headers=headers
