@@ -150,6 +150,10 @@ class InputGuardrailsConfig(BaseModel):
     pii: PiiConfig = Field(default_factory=PiiConfig)
     topics: TopicConfig = Field(default_factory=TopicConfig)
 
+    def any_enabled(self) -> bool:
+        """Whether any input check is on; with none, the input guardrails only record that."""
+        return self.injection.enabled or self.pii.enabled or self.topics.enabled
+
 
 class SecretsConfig(_Check):
     """Credentials in the answer (API keys, tokens, private keys, connection-string

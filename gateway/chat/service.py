@@ -47,7 +47,7 @@ from gateway.http.model_requests import (
     prompt_tokens,
     refusing_upstream,
 )
-from gateway.http.off_loop import run_stage, screens_input
+from gateway.http.off_loop import run_stage
 from gateway.keys.store import KeyIdentity
 from gateway.limits.quotas import charge
 from gateway.policy.runtime import PolicyRuntime
@@ -256,7 +256,7 @@ class ChatService:
         """
         guardrails = self._runtime.input_guardrails
         policy = self._runtime.loaded.policy
-        screens = screens_input(policy.input)
+        screens = policy.input.any_enabled()
         texts = [m.text for m in body.messages]
         last_user = next((m.text for m in reversed(body.messages) if m.role == "user"), "")
         roles = [m.role for m in body.messages]

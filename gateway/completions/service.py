@@ -37,7 +37,7 @@ from gateway.http.model_requests import (
     model_engine,
     refusing_upstream,
 )
-from gateway.http.off_loop import run_stage, screens_input
+from gateway.http.off_loop import run_stage
 from gateway.keys.store import KeyIdentity
 from gateway.limits.quotas import charge
 from gateway.policy.runtime import PolicyRuntime
@@ -179,7 +179,7 @@ class CompletionService:
                 screened.append((checked.texts[0], dict(checked.restorable)))
             return screened
 
-        return await run_stage(screens_input(self._runtime.loaded.policy.input), screen_all)
+        return await run_stage(self._runtime.loaded.policy.input.any_enabled(), screen_all)
 
     @staticmethod
     def _choices(

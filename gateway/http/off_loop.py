@@ -12,14 +12,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from guardrails import InputGuardrailsConfig
-
 T = TypeVar("T")
-
-
-def screens_input(checks: InputGuardrailsConfig) -> bool:
-    """Whether any input check is on; with none, the input guardrails only record that."""
-    return checks.injection.enabled or checks.pii.enabled or checks.topics.enabled
 
 
 async def run_stage(off_loop: bool, work: Callable[..., T], *args: Any) -> T:

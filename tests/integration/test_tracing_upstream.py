@@ -6,7 +6,6 @@ Recorded by the SDK's in-memory exporter on a live server."""
 
 from __future__ import annotations
 
-import shutil
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -20,11 +19,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from gateway.keys.store import create_key
-from gateway.services import load_services
-from gateway.settings import REPO_ROOT, Settings
 from tests.integration.test_upstream_models import ScriptedUpstream
-from tests.support.local_server import free_port, serve_in_thread
+from tests.support.local_server import free_port
+from tests.support.upstream_front import models_yaml, upstream_front
 
 MODEL_ID = "traced-upstream"
 DYING_ID = "dying-upstream"
@@ -67,40 +64,17 @@ class TracedUpstream:
 def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TracedUpstream]:
     upstream = ScriptedUpstream(ANSWER, dies=False)
     dying = ScriptedUpstream(ANSWER, dies=True)  # drops the connection after the text
-    data_dir = tmp_path_factory.mktemp("bastion-tracing-upstream")
-    policy_dir = tmp_path_factory.mktemp("policies-tracing-upstream")
-    shutil.copy(REPO_ROOT / "policies" / "default.yaml", policy_dir / "default.yaml")
-    models_file = data_dir / "models.yaml"
-    models_file.write_text(
-        "models:\n"
-        + "".join(
-            f'  - id: {model_id}\n    upstream:\n      base_urls: ["{url}"]\n      model: m\n'
-            "      context_window: 2048\n      tokenizer: estimate\n"
-            for model_id, url in (
-                (MODEL_ID, upstream.base_url),
-                (DYING_ID, dying.base_url),
-                (REFUSING_ID, REFUSING_URL),
-            )
-        )
-        + "embedded: false\n"
-    )
-    settings = Settings(
-        data_dir=data_dir,
-        port=free_port(),
-        policy_dir=policy_dir,
-        policy_reload_seconds=0,
-        models_file=models_file,
-        sample_corpus=None,
-    )
-    services = load_services(settings)  # the embedded engine is off: nothing to load
-    secret, _ = create_key(services.sessions, settings.default_tenant, "user")
+    urls = {MODEL_ID: upstream.base_url, DYING_ID: dying.base_url, REFUSING_ID: REFUSING_URL}
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     try:
-        with serve_in_thread(settings, services, provider) as base_url:
-            client = OpenAI(base_url=f"{base_url}/v1", api_key=secret, max_retries=0, timeout=30)
-            yield TracedUpstream(client, secret, upstream.base_url, dying.base_url, exporter)
+        folder = tmp_path_factory.mktemp("bastion-tracing-upstream")
+        with upstream_front(folder, models_yaml(urls), tracer_provider=provider) as front:
+            client = OpenAI(
+                base_url=f"{front.base_url}/v1", api_key=front.secret, max_retries=0, timeout=30
+            )
+            yield TracedUpstream(client, front.secret, upstream.base_url, dying.base_url, exporter)
     finally:
         provider.shutdown()
         upstream.close()

@@ -23,6 +23,7 @@ import httpx
 import openai
 import pytest
 from openai import OpenAI
+from openai.types.chat import ChatCompletionFunctionToolParam
 from sqlalchemy import select
 
 from engine import PagedEngine
@@ -611,7 +612,7 @@ def test_with_no_output_check_a_completions_stream_passes_each_piece_on_as_it_ca
     assert pieces == ["Write to ", "me at jane.", "roe@exam", "ple.com any", " time."]
 
 
-WEATHER_TOOL = {
+WEATHER_TOOL: ChatCompletionFunctionToolParam = {
     "type": "function",
     "function": {
         "name": "get_weather",
@@ -628,7 +629,7 @@ def test_an_upstreams_tool_call_is_validated_and_returned(bastion: UpstreamBasti
     completion = bastion.client.chat.completions.create(
         model=TOOL_ID,
         messages=[{"role": "user", "content": "Weather in Paris?"}],
-        tools=[WEATHER_TOOL],  # type: ignore[list-item]
+        tools=[WEATHER_TOOL],
         max_tokens=64,
     )
     choice = completion.choices[0]

@@ -3,7 +3,6 @@ the upstream model (here llama-server), and refuses a later edit that turns it b
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
 
@@ -13,11 +12,9 @@ import pytest
 from openai import OpenAI
 
 from engine import default_model_source
-from gateway.keys.store import create_key
-from gateway.services import Services, load_services
-from gateway.settings import REPO_ROOT, Settings
+from gateway.services import Services
 from tests.support.llama_server import MODEL_ALIAS, LlamaServer, running_llama_server
-from tests.support.local_server import free_port, serve_in_thread
+from tests.support.upstream_front import upstream_front
 
 MODELS = f"""\
 models:
@@ -40,24 +37,13 @@ def llama_server() -> Iterator[LlamaServer]:
 def upstream_only(
     tmp_path_factory: pytest.TempPathFactory, llama_server: LlamaServer
 ) -> Iterator[tuple[str, Services, OpenAI]]:
-    data_dir = tmp_path_factory.mktemp("bastion-upstream-only")
-    policy_dir = tmp_path_factory.mktemp("policies-upstream-only")
-    shutil.copy(REPO_ROOT / "policies" / "default.yaml", policy_dir / "default.yaml")
-    models_file = data_dir / "models.yaml"
-    models_file.write_text(MODELS.format(url=llama_server.base_url))
-    settings = Settings(
-        data_dir=data_dir,
-        port=free_port(),
-        policy_dir=policy_dir,
-        policy_reload_seconds=0.2,
-        models_file=models_file,
-        sample_corpus=None,
-    )
-    services = load_services(settings)  # no engine given: the embedded one is not loaded
-    secret, _ = create_key(services.sessions, settings.default_tenant, "user")
-    with serve_in_thread(settings, services) as base_url:
-        client = OpenAI(base_url=f"{base_url}/v1", api_key=secret, max_retries=0, timeout=120)
-        yield base_url, services, client
+    folder = tmp_path_factory.mktemp("bastion-upstream-only")
+    models = MODELS.format(url=llama_server.base_url)
+    with upstream_front(folder, models, policy_reload_seconds=0.2) as front:
+        client = OpenAI(
+            base_url=f"{front.base_url}/v1", api_key=front.secret, max_retries=0, timeout=120
+        )
+        yield front.base_url, front.services, client
 
 
 def test_only_the_upstream_model_is_loaded_and_served(

@@ -10,25 +10,28 @@ proxy, so the test also sees the `response_format` that left Bastion.
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import ThreadingHTTPServer
+from typing import Any
 
 import httpx
 import pytest
 from openai import OpenAI
-from openai.types.chat import ChatCompletionFunctionToolParam
 from openai.types.shared_params import ResponseFormatJSONSchema
 from sqlalchemy import select
 
 from gateway.db.models import AuditRecord
-from gateway.keys.store import create_key
-from gateway.services import Services, load_services
-from gateway.settings import REPO_ROOT, Settings
-from tests.integration.test_upstream_models import RecordingProxy, ScriptedUpstream, _handler
-from tests.support.local_server import free_port, serve_in_thread
+from gateway.services import Services
+from tests.integration.test_upstream_models import (
+    WEATHER_CALL,
+    WEATHER_TOOL,
+    RecordingProxy,
+    ScriptedUpstream,
+    _handler,
+)
+from tests.support.upstream_front import models_yaml, upstream_front
 
 BAD_ARGS_ID = "bad-arguments-upstream"
 NOT_JSON_ID = "not-json-arguments-upstream"
@@ -36,23 +39,11 @@ JSON_ID = "json-upstream"
 PROSE_ID = "prose-upstream"
 VALID_ID = "valid-call-upstream"
 VALID_JSON_ID = "valid-json-upstream"
-VALID_CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
 # `city` must be a string; the second call's arguments object never closes.
 BAD_ARGS_CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": 42}}</tool_call>'
 NOT_JSON_CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"</tool_call>'
 OFF_SCHEMA_JSON = '{"colour": "purple"}'
 VALID_JSON = '{"colour": "blue"}'
-WEATHER_TOOL: ChatCompletionFunctionToolParam = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
 COLOUR_SCHEMA = {
     "type": "object",
     "properties": {"colour": {"type": "string", "enum": ["red", "green", "blue"]}},
@@ -89,7 +80,7 @@ def fronted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fronted]:
     upstreams = {
         BAD_ARGS_ID: ScriptedUpstream(_split(BAD_ARGS_CALL), dies=False),
         NOT_JSON_ID: ScriptedUpstream(_split(NOT_JSON_CALL), dies=False),
-        VALID_ID: ScriptedUpstream(_split(VALID_CALL), dies=False),
+        VALID_ID: ScriptedUpstream(_split(WEATHER_CALL), dies=False),
         PROSE_ID: ScriptedUpstream(["Sure! The sky ", "is blue."], dies=False),
         VALID_JSON_ID: ScriptedUpstream(_split(VALID_JSON), dies=False),
     }
@@ -99,33 +90,13 @@ def fronted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fronted]:
     threading.Thread(target=proxy.server.serve_forever, daemon=True).start()
     urls = {**{key: u.base_url for key, u in upstreams.items()}, JSON_ID: proxy.base_url}
 
-    data_dir = tmp_path_factory.mktemp("bastion-rejections")
-    policy_dir = tmp_path_factory.mktemp("policies-rejections")
-    shutil.copy(REPO_ROOT / "policies" / "default.yaml", policy_dir / "default.yaml")
-    models_file = data_dir / "models.yaml"
-    models_file.write_text(
-        "models:\n"
-        + "".join(
-            f'  - id: {model_id}\n    upstream:\n      base_urls: ["{url}"]\n      model: m\n'
-            "      context_window: 2048\n      tokenizer: estimate\n"
-            for model_id, url in urls.items()
-        )
-        + "embedded: false\n"
-    )
-    settings = Settings(
-        data_dir=data_dir,
-        port=free_port(),
-        policy_dir=policy_dir,
-        policy_reload_seconds=0,
-        models_file=models_file,
-        sample_corpus=None,
-    )
-    services = load_services(settings)  # the embedded engine is off: nothing to load
-    secret, _ = create_key(services.sessions, settings.default_tenant, "user")
+    folder = tmp_path_factory.mktemp("bastion-rejections")
     try:
-        with serve_in_thread(settings, services) as base_url:
-            client = OpenAI(base_url=f"{base_url}/v1", api_key=secret, max_retries=0, timeout=60)
-            yield Fronted(base_url, services, client, proxy)
+        with upstream_front(folder, models_yaml(urls)) as front:
+            client = OpenAI(
+                base_url=f"{front.base_url}/v1", api_key=front.secret, max_retries=0, timeout=60
+            )
+            yield Fronted(front.base_url, front.services, client, proxy)
     finally:
         proxy.server.shutdown()
         for upstream in (*upstreams.values(), json_upstream):
@@ -169,7 +140,7 @@ def test_an_upstreams_streamed_call_that_fails_its_schema_ends_with_an_error_eve
     }
     events, request_id, done = _streamed(fronted, request)
     assert not done
-    error = events[-1]["error"]  # type: ignore[index]
+    error = events[-1]["error"]
     assert error["code"] == "invalid_tool_call" and error["type"] == "server_error"
     assert "$.city" in error["message"]
     row = fronted.audit_row(request_id)
@@ -234,7 +205,7 @@ def test_an_upstream_answer_that_is_not_json_is_withheld(fronted: Fronted) -> No
     assert _verdicts(row, "structured_output") == ["block"]
 
 
-def _stream_events(fronted: Fronted, model: str) -> tuple[list[dict[str, object]], str, bool]:
+def _stream_events(fronted: Fronted, model: str) -> tuple[list[dict[str, Any]], str, bool]:
     """A streamed `response_format` request's events, its request id, and whether `[DONE]`
     came."""
     request = {
@@ -249,7 +220,7 @@ def _stream_events(fronted: Fronted, model: str) -> tuple[list[dict[str, object]
 
 def _streamed(
     fronted: Fronted, request: dict[str, object]
-) -> tuple[list[dict[str, object]], str, bool]:
+) -> tuple[list[dict[str, Any]], str, bool]:
     """A streamed request's events, its request id, and whether `[DONE]` came."""
     headers = {"authorization": f"Bearer {fronted.client.api_key}"}
     with httpx.stream(
@@ -262,11 +233,11 @@ def _streamed(
     return [json.loads(d) for d in data if d != "[DONE]"], request_id, done
 
 
-def _streamed_content(events: list[dict[str, object]]) -> str:
+def _streamed_content(events: list[dict[str, Any]]) -> str:
     return "".join(
-        choice["delta"].get("content") or ""  # type: ignore[index, union-attr]
+        choice["delta"].get("content") or ""
         for event in events
-        for choice in event.get("choices", [])  # type: ignore[union-attr]
+        for choice in event.get("choices", [])
     )
 
 
@@ -277,8 +248,8 @@ def test_a_streamed_off_schema_answer_is_never_sent(fronted: Fronted) -> None:
     events, request_id, done = _stream_events(fronted, JSON_ID)
     assert "purple" not in _streamed_content(events) and not done
     error = events[-1]["error"]
-    assert error["code"] == "answer_withheld"  # type: ignore[index]
-    assert "$.colour fails 'enum'" in error["message"]  # type: ignore[index]
+    assert error["code"] == "answer_withheld"
+    assert "$.colour fails 'enum'" in error["message"]
     row = fronted.audit_row(request_id)
     assert _verdicts(row, "structured_output") == ["block"]
     assert (row.outcome, row.error_code) == ("error", "answer_withheld")
@@ -288,10 +259,10 @@ def test_a_streamed_answer_that_meets_the_schema_is_sent_whole(fronted: Fronted)
     events, request_id, done = _stream_events(fronted, VALID_JSON_ID)
     assert done and json.loads(_streamed_content(events)) == {"colour": "blue"}
     finishes = [
-        choice["finish_reason"]  # type: ignore[index]
+        choice["finish_reason"]
         for event in events
-        for choice in event.get("choices", [])  # type: ignore[union-attr]
-        if choice["finish_reason"]  # type: ignore[index]
+        for choice in event.get("choices", [])
+        if choice["finish_reason"]
     ]
     assert finishes == ["stop"]
     assert fronted.audit_row(request_id).outcome == "ok"
