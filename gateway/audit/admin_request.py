@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from litestar import Request
@@ -32,4 +31,4 @@ async def audit_admin_request(
         request_id=request_id_of(request.scope),
         details=details,
     )
-    await asyncio.to_thread(services.audit.record, entry)
+    await services.audit.record_async(entry)

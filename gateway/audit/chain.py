@@ -15,7 +15,7 @@ import hmac
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -31,6 +31,7 @@ _DOMAIN = b"bastion.audit.v1\x00"
 _UNHASHED = frozenset({"id", "record_hash"})
 _APPEND_ATTEMPTS = 100
 _PG_CONFLICT_STATES = frozenset({"40001", "40P01"})  # serialization failure, deadlock
+_PG_UNIQUE_VIOLATION = "23505"
 _CHECKPOINT_DOMAIN = "bastion.audit.checkpoint.v1"
 PURGE_EVENT = "audit.purged"
 
@@ -73,11 +74,16 @@ class AuditChain:
         self._local = threading.Lock()
 
     def append(self, record: AuditRecord) -> AuditRecord:
+        return self.append_many([record])[0]
+
+    def append_many(self, records: Sequence[AuditRecord]) -> list[AuditRecord]:
+        """Link `records`, in order, in one transaction: contiguous `seq`s, one commit.
+        A conflict with another writer retries them all on top of the winner."""
         last_error: Exception | None = None
         with self._local:
             for attempt in range(_APPEND_ATTEMPTS):
                 try:
-                    return self._append_once(record)
+                    return self._append_once(records)
                 except (IntegrityError, OperationalError) as exc:
                     if not is_write_conflict(exc):
                         raise AuditWriteError(f"could not append the audit record: {exc}") from exc
@@ -85,20 +91,28 @@ class AuditChain:
                     time.sleep(min(0.002 * (attempt + 1), 0.05))
         raise AuditWriteError(f"could not append the audit record: {last_error}")
 
-    def _append_once(self, record: AuditRecord) -> AuditRecord:
+    def _append_once(self, records: Sequence[AuditRecord]) -> list[AuditRecord]:
         with self._sessions.begin() as session:
             lock_chain(session)
-            return append_in(session, record)
+            rows: list[AuditRecord] = []
+            head: tuple[int, str] | None = None  # read from the database for the first
+            for record in records:
+                row = append_in(session, record, head)
+                head = (row.seq, row.record_hash)
+                rows.append(row)
+            return rows
 
 
 def is_write_conflict(exc: IntegrityError | OperationalError) -> bool:
     """Another writer got there first (a taken `seq`, a locked SQLite file, a PostgreSQL
-    serialization failure or deadlock): worth retrying. An unreachable database is not."""
-    if isinstance(exc, IntegrityError):
-        return True
-    if getattr(exc.orig, "sqlstate", None) in _PG_CONFLICT_STATES:
-        return True
+    serialization failure or deadlock): worth retrying. An unreachable database is not,
+    nor a constraint or trigger that refuses the rows (they would be refused again)."""
+    sqlstate = getattr(exc.orig, "sqlstate", None)
     message = str(exc.orig).lower()
+    if isinstance(exc, IntegrityError):
+        return sqlstate == _PG_UNIQUE_VIOLATION or "unique constraint failed" in message
+    if sqlstate in _PG_CONFLICT_STATES:
+        return True
     return "database is locked" in message or "database table is locked" in message
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -10,7 +11,8 @@ from typing import Any
 import structlog
 from sqlalchemy.orm import Session, sessionmaker
 
-from gateway.audit.chain import AuditChain
+from gateway.audit.chain import AuditChain, AuditWriteError
+from gateway.audit.group_commit import GroupCommit
 from gateway.audit.subject_keys import SubjectKeys
 from gateway.db.models import AuditRecord
 from guardrails.verdict import Verdict
@@ -97,16 +99,68 @@ def _sha256(text: str | None) -> str | None:
 
 class AuditLog:
     """Appends records, their text sealed with the subject's key; a failure to write is
-    logged loudly, never hidden."""
+    logged loudly and raised to the request it describes, never hidden.
+
+    Records that wait at the same time are appended together (`GroupCommit`): one
+    transaction links them along the chain in the order they came, each its own row,
+    hash and seal, and each caller returns once its record has committed.
+    """
 
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self._chain = AuditChain(sessions)
         self._keys = SubjectKeys(sessions)
+        self._writer: GroupCommit[AuditEntry, AuditRecord] = GroupCommit(
+            self._write_batch, name="audit-writer"
+        )
 
     def record(self, entry: AuditEntry) -> AuditRecord:
+        """Append `entry`; returns its row once committed, blocking this thread until then."""
+        return self._writer.submit(entry).result()
+
+    async def record_async(self, entry: AuditEntry) -> AuditRecord:
+        """`record` for the event loop: it waits for the writer without holding a thread."""
+        return await asyncio.wrap_future(self._writer.submit(entry))
+
+    def _write_batch(self, entries: list[AuditEntry]) -> list[AuditRecord | BaseException]:
+        """Seal each entry (a failure fails that entry alone), then link every sealed row
+        in one transaction (a failure fails each of them)."""
+        sealers: dict[tuple[str | None, str], Callable[[str], str]] = {}
+        outcomes: list[AuditRecord | BaseException] = []
+        rows: list[AuditRecord] = []
+        for entry in entries:
+            # One key lookup per subject and write, as the records are written together.
+            sealer = sealers.setdefault(
+                (entry.tenant, entry.subject), self._keys.sealer(entry.tenant, entry.subject)
+            )
+            try:
+                row = entry.to_row(sealer)
+            except Exception as exc:
+                log.exception("audit.write_failed", request_id=entry.request_id)
+                outcomes.append(_write_error(exc))
+                continue
+            outcomes.append(row)
+            rows.append(row)
+        if not rows:
+            return outcomes
         try:
-            sealer = self._keys.sealer(entry.tenant, entry.subject)
-            return self._chain.append(entry.to_row(sealer))
-        except Exception:
-            log.exception("audit.write_failed", request_id=entry.request_id)
-            raise
+            appended = iter(self._chain.append_many(rows))
+        except Exception as exc:
+            failed = [
+                e.request_id
+                for e, o in zip(entries, outcomes, strict=True)
+                if not isinstance(o, BaseException)
+            ]
+            log.exception("audit.write_failed", request_ids=failed)
+            return [o if isinstance(o, BaseException) else _write_error(exc) for o in outcomes]
+        return [o if isinstance(o, BaseException) else next(appended) for o in outcomes]
+
+
+def _write_error(cause: Exception) -> AuditWriteError:
+    """An error of its own for each waiter (one raised in many threads would gather all
+    their tracebacks), naming the shared cause."""
+    if isinstance(cause, AuditWriteError):
+        error = AuditWriteError(*cause.args)
+    else:
+        error = AuditWriteError(f"could not append the audit record: {cause}")
+    error.__cause__ = cause
+    return error

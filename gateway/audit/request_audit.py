@@ -9,7 +9,6 @@ records the entry itself, before its closing events.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Callable
@@ -45,7 +44,7 @@ class RequestAudit:
         self.entry.latency_ms = (time.perf_counter() - self.started) * 1000
         describe_entry(self.entry)
         with stage("audit.write"):
-            await asyncio.to_thread(audit.record, self.entry)
+            await audit.record_async(self.entry)
         metrics.observe(self.entry)
 
 

@@ -54,7 +54,8 @@ class SubjectKeys:
 
     def sealer(self, tenant: str | None, subject: str) -> Callable[[str], str]:
         """A function that encrypts text with the subject's live key, fetched on first use
-        (so a record without text costs no key lookup) and reused for that record only."""
+        (so a record without text costs no key lookup) and reused for the records of that
+        one write only (`AuditLog` writes the records that wait together)."""
         live: list[tuple[int, bytes]] = []
 
         def seal(plaintext: str) -> str:

@@ -106,7 +106,7 @@ async def _audit_denial(
     error: ApiError,
 ) -> None:
     entry = refusal_entry(connection.scope, "auth.denied", "denied", error, identity)
-    await asyncio.to_thread(services.audit.record, entry)
+    await services.audit.record_async(entry)
 
 
 def _provide_services(request: Request[Any, Any, Any]) -> Services:

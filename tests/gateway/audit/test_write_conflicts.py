@@ -1,4 +1,5 @@
-"""Which database errors the audit chain retries: write conflicts yes, an outage no."""
+"""Which database errors the audit chain retries: write conflicts yes, an outage or a
+refusing trigger no."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from gateway.audit.chain import is_write_conflict
 
@@ -37,4 +38,22 @@ def test_an_unreachable_database_is_not_retried() -> None:
     with pytest.raises(OperationalError) as caught, engine.connect():
         pass
     assert not is_write_conflict(caught.value)
+    engine.dispose()
+
+
+def test_a_taken_key_is_a_conflict_but_a_refusing_trigger_is_not(tmp_path: Path) -> None:
+    engine = create_engine(f"sqlite:///{tmp_path / 'refusing.db'}")
+    with engine.begin() as connection:
+        connection.execute(text("CREATE TABLE t (x INTEGER UNIQUE)"))
+        connection.execute(text("INSERT INTO t VALUES (1)"))
+        connection.execute(
+            text(
+                "CREATE TRIGGER refuse BEFORE INSERT ON t WHEN NEW.x = 2 "
+                "BEGIN SELECT RAISE(ABORT, 'refused'); END"
+            )
+        )
+    for value, conflict in ((1, True), (2, False)):
+        with pytest.raises(IntegrityError) as caught, engine.begin() as connection:
+            connection.execute(text(f"INSERT INTO t VALUES ({value})"))
+        assert is_write_conflict(caught.value) is conflict
     engine.dispose()
