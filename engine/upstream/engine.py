@@ -20,7 +20,6 @@ import asyncio
 import os
 from collections.abc import AsyncGenerator, Sequence
 
-import httpx2
 import structlog
 
 from engine.types import (
@@ -34,6 +33,7 @@ from engine.types import (
 from engine.upstream.config import UpstreamConfig
 from engine.upstream.endpoints import Endpoint, EndpointPool
 from engine.upstream.health import check_health, watch_health
+from engine.upstream.http_client import HTTPClient, HTTPError, StatusError, TransportError
 from engine.upstream.loop_resources import LoopResources
 from engine.upstream.request_body import UpstreamRequest, upstream_request
 from engine.upstream.server_info import ServerInfo, read_server_info
@@ -45,7 +45,6 @@ from engine.upstream.token_count import (
     upstream_prompt_tokens,
     upstream_text_tokens,
 )
-from engine.upstream.transport import PooledTransport
 
 log = structlog.get_logger(__name__)
 
@@ -286,12 +285,7 @@ class UpstreamEngine:
             self._state.shut_soon()
             self._pool.rebind_slots(self._config.max_concurrency)
         timeouts = self._config.timeouts
-        client = httpx2.AsyncClient(
-            timeout=httpx2.Timeout(timeouts.total, connect=timeouts.connect),
-            transport=PooledTransport(
-                httpx2.Limits(max_connections=None, max_keepalive_connections=32)
-            ),
-        )
+        client = HTTPClient(connect_timeout=timeouts.connect, timeout=timeouts.total)
         state = LoopResources(loop, client)
         self._state = state
         state.health = loop.create_task(
@@ -316,7 +310,7 @@ class UpstreamEngine:
                 endpoint.info = await read_server_info(
                     state.client, endpoint.url, self._config.upstream_model, self._headers
                 )
-            except (httpx2.HTTPError, ValueError) as exc:
+            except (HTTPError, ValueError) as exc:
                 log.warning("upstream_info_unread", upstream=endpoint.url, reason=describe(exc))
             else:
                 self._last_window = endpoint.info.context_window or self._last_window
@@ -342,15 +336,15 @@ class UpstreamEngine:
                 continue
             try:
                 return await self._count_on(state, endpoint, endpoint.info, messages, text)
-            except (httpx2.TransportError, httpx2.HTTPStatusError) as exc:
+            except (TransportError, StatusError) as exc:
                 log.warning("upstream_tokenize_failed", upstream=endpoint.url, reason=describe(exc))
-                if isinstance(exc, httpx2.TransportError):
+                if isinstance(exc, TransportError):
                     endpoint.info = None  # gone: reread when it answers again
-                elif exc.response.status_code in (404, 405):
+                elif exc.status in (404, 405):
                     self._tokenize_missing = True
-                elif exc.response.status_code < 500:
+                elif exc.status < 500:
                     break  # the server refused this text; another would too
-            except (httpx2.HTTPError, ValueError, KeyError, TypeError) as exc:
+            except (HTTPError, ValueError, KeyError, TypeError) as exc:
                 log.warning("upstream_tokenize_failed", upstream=endpoint.url, reason=describe(exc))
                 break
         return fallback

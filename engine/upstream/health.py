@@ -7,22 +7,22 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-import httpx2
 import structlog
 
 from engine.upstream.endpoints import Endpoint
+from engine.upstream.http_client import HTTPClient, HTTPError
 
 log = structlog.get_logger(__name__)
 
 
 async def check_health(
-    client: httpx2.AsyncClient, endpoint: Endpoint, headers: dict[str, str], timeout_s: float
+    client: HTTPClient, endpoint: Endpoint, headers: dict[str, str], timeout_s: float
 ) -> bool:
     """One check: a 2xx within `timeout_s`. Records the result on the endpoint."""
     try:
-        response = await client.get(f"{endpoint.url}/models", headers=headers, timeout=timeout_s)
+        response = await client.request("GET", f"{endpoint.url}/models", headers, timeout=timeout_s)
         healthy = response.is_success
-    except httpx2.HTTPError:
+    except HTTPError:
         healthy = False
     if healthy != endpoint.healthy:
         log.info("upstream_health", upstream=endpoint.url, healthy=healthy)

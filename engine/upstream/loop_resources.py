@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-import httpx2
+from engine.upstream.http_client import HTTPClient
 
 
 @dataclass(slots=True)
 class LoopResources:
     loop: asyncio.AbstractEventLoop
-    client: httpx2.AsyncClient
+    client: HTTPClient
     health: asyncio.Task[None] | None = None
     in_flight: int = 0
     closing: bool = False

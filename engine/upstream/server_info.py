@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import httpx2
+from engine.upstream.http_client import Answer, HTTPClient
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,15 +21,15 @@ def server_root(base_url: str) -> str:
 
 
 async def read_server_info(
-    client: httpx2.AsyncClient, base_url: str, upstream_model: str, headers: dict[str, str]
+    client: HTTPClient, base_url: str, upstream_model: str, headers: dict[str, str]
 ) -> ServerInfo:
     """The context window from `/v1/models` (vLLM's `max_model_len`, llama.cpp's
     `meta.n_ctx`) or llama.cpp's `/props` (`default_generation_settings.n_ctx`, the
-    context of one slot); raises `httpx2.HTTPError` when the server cannot be asked."""
-    models = await client.get(f"{base_url}/models", headers=headers)
+    context of one slot); raises `HTTPError` when the server cannot be asked."""
+    models = await client.request("GET", f"{base_url}/models", headers)
     models.raise_for_status()
     window = _window_from_models(models.json(), upstream_model)
-    props = await client.get(f"{server_root(base_url)}/props", headers=headers)
+    props = await client.request("GET", f"{server_root(base_url)}/props", headers)
     settings = _json_dict(props).get("default_generation_settings") if props.is_success else None
     is_llama_cpp = isinstance(settings, dict)
     if is_llama_cpp and isinstance(settings, dict) and isinstance(settings.get("n_ctx"), int):
@@ -49,7 +49,7 @@ def _window_from_models(listing: Any, upstream_model: str) -> int | None:
     return None
 
 
-def _json_dict(response: httpx2.Response) -> dict[str, Any]:
+def _json_dict(response: Answer) -> dict[str, Any]:
     try:
         parsed = response.json()
     except ValueError:

@@ -12,14 +12,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-
-import httpx2
 
 from engine.types import UpstreamRejected, UpstreamStatus, UpstreamUnavailable
 from engine.upstream.chunks import AnswerReader, ChunkText, UpstreamStreamError
 from engine.upstream.config import UpstreamTimeouts
+from engine.upstream.http_client import (
+    ConnectError,
+    ConnectTimeout,
+    HTTPClient,
+    Response,
+    TransportError,
+    encode_json,
+)
 from engine.upstream.request_body import UpstreamRequest
 from engine.upstream.sse import DONE, MalformedStream, parse_line
 
@@ -47,13 +54,15 @@ class StreamCall:
     text. Close it (always) to release the connection: unread, the upstream aborts."""
 
     base_url: str
-    response: httpx2.Response
-    lines: AsyncIterator[str]
+    response: Response
     reader: AnswerReader
     timeouts: UpstreamTimeouts
     total_deadline: float
     first: list[ChunkText] = field(default_factory=list)
     ended: bool = False
+    # The lines of the bytes read so far, and the start of a line still coming.
+    _lines: deque[bytes] = field(default_factory=deque)
+    _rest: bytes = b""
 
     async def chunks(self) -> AsyncIterator[ChunkText]:
         """The answer's text as it comes, then nothing once the stream ends."""
@@ -68,7 +77,7 @@ class StreamCall:
                 if self.reader.finish_reason is not None:
                     return  # the answer is whole; only the usage or [DONE] never came
                 raise self._failure("stopped sending (timed out mid-answer)", 504) from exc
-            except (httpx2.TransportError, MalformedStream, UpstreamStreamError) as exc:
+            except (TransportError, MalformedStream, UpstreamStreamError) as exc:
                 raise self._failure(f"failed mid-answer ({describe(exc)})", 502) from exc
             if following is not None:
                 yield following
@@ -78,18 +87,16 @@ class StreamCall:
         (briefly), so that the connection goes back to the pool instead of closing."""
         try:
             if self.ended:
-                with contextlib.suppress(TimeoutError, httpx2.HTTPError):
-                    async with asyncio.timeout(BODY_END_WAIT_S):
-                        async for _ in self.lines:
-                            pass
+                deadline = asyncio.get_running_loop().time() + BODY_END_WAIT_S
+                with contextlib.suppress(TimeoutError, TransportError):
+                    await self.response.read(deadline)
         finally:
-            await self.response.aclose()
+            self.response.close()
 
     async def _next_chunk(self, deadline: float) -> ChunkText | None:
         """The next line's text (None: a line without any) if it comes by `deadline` (the
         loop's clock); sets `ended` at the end."""
-        async with asyncio.timeout_at(deadline):
-            line = await anext(self.lines, None)
+        line = await self._next_line(deadline)
         if line is None:
             self.ended = True
             if self.reader.finish_reason is None:
@@ -106,6 +113,18 @@ class StreamCall:
         chunk = self.reader.read(event)
         return chunk if chunk.text or chunk.logprobs else None
 
+    async def _next_line(self, deadline: float) -> str | None:
+        """The next line of the body (None at its end): one read for all the lines that
+        came in one packet."""
+        while not self._lines:
+            data = await self.response.receive(deadline)
+            if not data:
+                rest, self._rest = self._rest, b""
+                return rest.decode(errors="replace") if rest else None
+            *lines, self._rest = (self._rest + data).split(b"\n")
+            self._lines.extend(lines)
+        return self._lines.popleft().decode(errors="replace")
+
     def _failure(self, what: str, status: UpstreamStatus) -> UpstreamUnavailable:
         return UpstreamUnavailable(
             f"The upstream server {what}.", status=status, upstream=self.base_url
@@ -113,7 +132,7 @@ class StreamCall:
 
 
 async def open_stream(
-    client: httpx2.AsyncClient,
+    client: HTTPClient,
     base_url: str,
     request: UpstreamRequest,
     headers: dict[str, str],
@@ -124,26 +143,24 @@ async def open_stream(
     loop = asyncio.get_running_loop()
     started = loop.time()
     first_deadline = started + timeouts.first_token
-    sent = client.build_request("POST", base_url + request.path, json=request.body, headers=headers)
+    body = encode_json(request.body)
     try:
-        async with asyncio.timeout_at(first_deadline):
-            response = await client.send(sent, stream=True)
+        response = await client.open("POST", base_url + request.path, headers, body, first_deadline)
     except TimeoutError as exc:
         raise AttemptFailed("sent no response in time", status=504, retryable=True) from exc
-    except httpx2.TimeoutException as exc:
+    except ConnectTimeout as exc:
         raise AttemptFailed(
             "did not accept the connection in time", status=504, retryable=True
         ) from exc
-    except httpx2.ConnectError as exc:
+    except ConnectError as exc:
         raise AttemptFailed("refused the connection", status=503, retryable=True) from exc
-    except httpx2.TransportError as exc:
+    except TransportError as exc:
         raise AttemptFailed(
             f"dropped the connection ({describe(exc)})", status=502, retryable=True
         ) from exc
     call = StreamCall(
         base_url,
         response,
-        response.aiter_lines(),
         AnswerReader(is_chat=request.is_chat),
         timeouts,
         started + timeouts.total,
@@ -158,13 +175,12 @@ async def open_stream(
 
 
 async def _check_status(call: StreamCall, deadline: float) -> None:
-    status = call.response.status_code
+    status = call.response.status
     if status == 200:
         return
     try:
-        async with asyncio.timeout_at(deadline):
-            detail = (await call.response.aread()).decode(errors="replace")
-    except (TimeoutError, httpx2.TransportError):
+        detail = (await call.response.read(deadline)).decode(errors="replace")
+    except (TimeoutError, TransportError):
         detail = ""
     if 400 <= status < 500:
         raise UpstreamRejected(
@@ -189,7 +205,7 @@ async def _read_to_first_text(call: StreamCall, deadline: float) -> None:
                 return
     except TimeoutError as exc:
         raise AttemptFailed("sent no token in time", status=504, retryable=False) from exc
-    except httpx2.TransportError as exc:
+    except TransportError as exc:
         raise AttemptFailed(
             f"dropped the connection ({describe(exc)})", status=502, retryable=True
         ) from exc
@@ -198,8 +214,8 @@ async def _read_to_first_text(call: StreamCall, deadline: float) -> None:
 
 
 def describe(exc: BaseException) -> str:
-    """The exception's type and the first message down its causes: httpx2 reports a reset
-    as `ReadError('')` over anyio's `BrokenResourceError()` over the `OSError` that says it."""
+    """The exception's type and the first message down its causes (a `TimeoutError` says
+    nothing; what it interrupted may)."""
     cause: BaseException | None = exc
     for _ in range(8):  # a cycle of causes is possible; the message is near the top
         if cause is None or str(cause):

@@ -13,9 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx2
-
 from engine.types import ChatMessage
+from engine.upstream.http_client import HTTPClient
 from engine.upstream.server_info import server_root
 
 # Chat templates wrap each message in a few tokens (`<|im_start|>role\n`, `<|im_end|>\n`)
@@ -76,7 +75,7 @@ def _load(path: Path) -> Any:
 
 
 async def upstream_text_tokens(
-    client: httpx2.AsyncClient,
+    client: HTTPClient,
     base_url: str,
     upstream_model: str,
     headers: dict[str, str],
@@ -94,7 +93,7 @@ async def upstream_text_tokens(
 
 
 async def upstream_prompt_tokens(
-    client: httpx2.AsyncClient,
+    client: HTTPClient,
     base_url: str,
     upstream_model: str,
     headers: dict[str, str],
@@ -107,8 +106,8 @@ async def upstream_prompt_tokens(
     if not is_llama_cpp:
         body = {"model": upstream_model, "messages": turns, "add_generation_prompt": True}
         return await _tokenize(client, base_url, headers, body)
-    response = await client.post(
-        f"{server_root(base_url)}/apply-template", json={"messages": turns}, headers=headers
+    response = await client.request(
+        "POST", f"{server_root(base_url)}/apply-template", headers, json_body={"messages": turns}
     )
     response.raise_for_status()
     prompt = response.json()["prompt"]
@@ -118,9 +117,11 @@ async def upstream_prompt_tokens(
 
 
 async def _tokenize(
-    client: httpx2.AsyncClient, base_url: str, headers: dict[str, str], body: dict[str, Any]
+    client: HTTPClient, base_url: str, headers: dict[str, str], body: dict[str, Any]
 ) -> int:
-    response = await client.post(f"{server_root(base_url)}/tokenize", json=body, headers=headers)
+    response = await client.request(
+        "POST", f"{server_root(base_url)}/tokenize", headers, json_body=body
+    )
     response.raise_for_status()
     answer = response.json()
     if isinstance(answer.get("count"), int):

@@ -270,7 +270,7 @@ def test_a_reset_mid_answer_is_a_502_that_names_the_error() -> None:
                 with pytest.raises(UpstreamUnavailable) as caught:
                     await collect(engine, ask())
         assert caught.value.status == 502
-        # httpx2's own message for a reset is empty; the cause says what happened.
+        # The reset itself, as the socket reported it.
         assert "ReadError: ConnectionResetError: [Errno 104]" in str(caught.value)
 
     asyncio.run(scenario())
