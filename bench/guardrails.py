@@ -41,9 +41,14 @@ from guardrails import (  # noqa: E402
     normalize,
 )
 from guardrails.embedding import EMBED_CHARS, embedding_head  # noqa: E402
-from guardrails.injection_classifier import SUSPECT_UNITS, UNIT_CHARS  # noqa: E402
+from guardrails.injection_classifier import (  # noqa: E402
+    DEFAULT_WEIGHTS,
+    SUSPECT_UNITS,
+    UNIT_CHARS,
+)
 from guardrails.train_injection import Example, load_splits  # noqa: E402
 from retrieval.embedder import Embedder  # noqa: E402
+from tests.support.recording_embedder import RecordingEmbedder  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/guardrails.py"
 # The sources before issue 18 added obfuscated, persona and multilingual ones: the row that
@@ -64,7 +69,7 @@ LATENCY_RUNS = 100
 # --- injection -------------------------------------------------------------------------
 
 
-def bench_injection(embed: Callable[[list[str]], np.ndarray]) -> list[str]:
+def bench_injection(embed: Embedder) -> list[str]:
     test = load_splits()["test"]
     classifier = InjectionClassifier.load()
     lines = [
@@ -75,7 +80,10 @@ def bench_injection(embed: Callable[[list[str]], np.ndarray]) -> list[str]:
         "characters of a promise to drop the rules) or classifier probability at or above "
         "its threshold. Classifier: logistic regression over the MiniLM embedding (bf16) of "
         f"each window's first {EMBED_CHARS} characters and word 1-2-gram and character "
-        "3-6-gram TF-IDF of the whole window, behind an n-gram-only screen that clears text "
+        "3-6-gram TF-IDF of the whole window, plus a token head stacked on it (attention "
+        f"and max pooling of {classifier.head.proj.shape[1]} projections of each MiniLM "
+        "token vector of the same head, from the same model pass; "
+        "`guardrails/injection_head.py`), behind an n-gram-only screen that clears text "
         f"without embedding it; a text longer than {UNIT_CHARS} characters also has its "
         f"sentences and sentence pairs screened, and the {SUSPECT_UNITS} most suspect ones "
         "scored on their own unless the units' cut clears them. Vocabulary: "
@@ -98,7 +106,10 @@ def bench_injection(embed: Callable[[list[str]], np.ndarray]) -> list[str]:
         "and HR requests per language, many with words attacks use "
         "(`injection_multilingual.jsonl`).",
         "Goal (issue 18): pooled recall >= 0.97 at pooled FPR <= 1%, hard negatives and "
-        "each language's harmless requests at FPR <= 2%.",
+        "each language's harmless requests at FPR <= 2%. The threshold rule asks the same "
+        "of the out-of-fold scores of the training split: pooled FPR <= 1%, hard "
+        "negatives and each language <= 2%, every other source <= 5%. Weights file: "
+        f"{DEFAULT_WEIGHTS.stat().st_size / 1e6:.1f} MB.",
         "",
     ]
     screened = _screened_share(embed, test)
@@ -141,21 +152,16 @@ def bench_injection(embed: Callable[[list[str]], np.ndarray]) -> list[str]:
     return lines
 
 
-def _screened_share(embed: Callable[[list[str]], np.ndarray], test: list[Example]) -> float:
+def _screened_share(embed: Embedder, test: list[Example]) -> float:
     """Share of benign texts whose every classifier window the n-gram screen cleared."""
-    embedded: set[str] = set()
-
-    def watched(texts: list[str]) -> np.ndarray:
-        embedded.update(texts)
-        return embed(texts)
-
+    watched = RecordingEmbedder(embed)
     detector = InjectionDetector(InjectionConfig(), embed=watched)
     benign = [ex.text for ex in test if not ex.label]
     cleared = 0
     for text in benign:
-        embedded.clear()
+        watched.clear()
         detector.check([text])
-        cleared += not embedded
+        cleared += not watched.asked
     return cleared / len(benign)
 
 

