@@ -14,7 +14,7 @@ from engine.grammar import GrammarState
 from engine.model_runner import ModelRunner
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
-from engine.speculative import NgramDrafter
+from engine.spec_drafts import SuffixDrafter
 from engine.types import (
     ContextLengthExceeded,
     EngineError,
@@ -124,7 +124,7 @@ class EngineCore:
         if self.config.speculative_tokens and params.speculative and grammar is None:
             # A constrained answer does not draft: its grammar would have to mask each draft
             # position in turn, and its masks are filled while the model runs.
-            drafter = NgramDrafter(self.config.speculative_tokens)
+            drafter = SuffixDrafter(self.config.speculative_tokens)
         seq = Sequence(
             seq_id,
             list(prompt_ids),

@@ -19,6 +19,9 @@ from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.sequence import Sequence, SequenceStatus
 
+# The longest draft of a sequence that decodes beside others.
+SHARED_DRAFT_TOKENS = 1
+
 
 @dataclass(slots=True)
 class ScheduledBatch:
@@ -69,6 +72,10 @@ class Scheduler:
         decodes = [s for s in self.running if s.num_tokens - s.num_computed_tokens == 1]
         prefills = [s for s in self.running if s.num_tokens - s.num_computed_tokens > 1]
         drafting = len(self.running) <= self.config.speculative_max_batch
+        # Beside another decode a draft adds its rows to both's: two one-token drafts are
+        # 4 rows (about 1.5x the cost of 2), two three-token drafts 8 (about 3x), more than
+        # their accepted tokens repay.
+        draft_limit = budget if len(decodes) == 1 else SHARED_DRAFT_TOKENS
         for index, seq in enumerate(decodes):
             if seq.status is not SequenceStatus.RUNNING:
                 continue  # preempted earlier in this loop
@@ -77,7 +84,8 @@ class Scheduler:
             self.blocks.append_slot(seq)
             if drafting and seq.drafter is not None:
                 # Leave one token of the budget, and one block, to each decode after this one.
-                self._draft(seq, budget - (len(decodes) - index), len(decodes) - index)
+                limit = min(budget - (len(decodes) - index), draft_limit)
+                self._draft(seq, limit, len(decodes) - index)
             batch.entries.append((seq, 1 + len(seq.draft)))
             budget -= 1 + len(seq.draft)
         for seq in prefills:
@@ -115,7 +123,7 @@ class Scheduler:
         return batch
 
     def _draft(self, seq: Sequence, budget: int, spare_blocks: int) -> None:
-        """Set `seq.draft`: a prompt-lookup draft that fits the step's token budget, the
+        """Set `seq.draft`: a draft of at most `budget` tokens that fits the
         answer's remaining length and the KV blocks it can take without preempting."""
         assert seq.drafter is not None
         remaining = seq.params.max_tokens - seq.num_output_tokens - 1

@@ -14,7 +14,8 @@ from transformers import LlamaForCausalLM
 from engine import ChatMessage, EngineConfig, GenerationRequest, PagedEngine, SamplingParams
 from engine.core import EngineCore
 from engine.sampling import probabilities
-from engine.speculative import NgramDrafter, accept_draft
+from engine.spec_drafts import LONG_DRAFT, SHORT_DRAFT, SuffixAutomaton, SuffixDrafter
+from engine.speculative import accept_draft
 from tests.engine.conftest import (
     assert_no_block_held,
     collect_deltas,
@@ -76,45 +77,76 @@ def with_oracles(
 # -- the draft proposer ---------------------------------------------------------------------
 
 
-def test_drafter_proposes_what_followed_the_longest_matching_suffix() -> None:
-    drafter = NgramDrafter(max_tokens=8)
+def test_drafter_proposes_what_followed_the_longest_earlier_match() -> None:
     source = [10, 11, 12, 13, 14, 15, 16]
     tokens = [1, 2, *source, 3, 4, 11, 12, 13]
-    # "11 12 13" occurred before: what followed it, up to the draft length (4 at first).
-    assert drafter.propose(tokens, limit=8) == [14, 15, 16, 3]
-    assert drafter.propose(tokens, limit=2) == [14, 15]
-    # A longer suffix wins over a more recent shorter one: "5 6" follows both.
-    other = NgramDrafter(max_tokens=8)
-    assert other.propose([7, 5, 6, 1, 9, 6, 2, 7, 5, 6], limit=8) == [1, 9, 6, 2]
-    assert NgramDrafter(max_tokens=8).propose([1, 2, 3, 4], limit=8) == []
+    # "11 12 13" occurred before: what followed it, LONG_DRAFT tokens, or fewer if limited.
+    assert SuffixDrafter(max_tokens=8).propose(tokens, limit=8) == [14, 15, 16]
+    assert SuffixDrafter(max_tokens=8).propose(tokens, limit=2) == [14, 15]
+    assert SuffixDrafter(max_tokens=2).propose(tokens, limit=8) == [14, 15]
+    # A longer match wins over a more recent shorter one, past the 4-gram limit that
+    # n-gram lookup had: "3 4 5 6" last continued with 8, "1 2 3 4 5 6" with 7.
+    tokens = [1, 2, 3, 4, 5, 6, 7, 9, 2, 3, 4, 5, 6, 8, 0, 1, 2, 3, 4, 5, 6]
+    assert SuffixDrafter(max_tokens=8).propose(tokens, limit=8) == [7, 9, 2]
+    # Of equally long matches the latest: "2 3" continued with 9, then with 8.
+    tokens = [1, 2, 3, 9, 1, 2, 3, 8, 4, 2, 3]
+    assert SuffixDrafter(max_tokens=8).propose(tokens, limit=8) == [8, 4, 2]
+    # A one-token match drafts one token; a token never seen before drafts nothing.
+    assert SuffixDrafter(max_tokens=8).propose([5, 9, 8, 5], limit=8) == [9]
+    assert SuffixDrafter(max_tokens=8).propose([1, 2, 3, 4], limit=8) == []
+    assert SHORT_DRAFT < LONG_DRAFT
 
 
 def test_drafter_indexes_tokens_as_they_arrive() -> None:
-    drafter = NgramDrafter(max_tokens=8)
+    drafter = SuffixDrafter(max_tokens=8)
     tokens = [5, 6, 7, 8]
     assert drafter.propose(tokens, limit=4) == []
     tokens += [9, 5, 6]
-    assert drafter.propose(tokens, limit=4) == [7, 8, 9, 5]
+    assert drafter.propose(tokens, limit=4) == [7, 8, 9]
     tokens += [7, 8, 9, 5, 6, 7]
-    assert drafter.propose(tokens, limit=4) == [8, 9, 5, 6]
+    assert drafter.propose(tokens, limit=4) == [8, 9, 5]
 
 
-def test_draft_length_follows_acceptance_and_pauses_after_misses() -> None:
-    drafter = NgramDrafter(max_tokens=8)
+def test_the_automaton_finds_the_longest_repeat_and_its_latest_end() -> None:
+    """Against brute force, token by token, on random sequences over small vocabularies."""
+    generator = torch.Generator().manual_seed(3)
+    for vocab in (2, 3, 8):
+        tokens = torch.randint(0, vocab, (200,), generator=generator).tolist()
+        automaton = SuffixAutomaton()
+        for n in range(1, len(tokens) + 1):
+            automaton.extend(tokens[n - 1 : n])
+            seen = tokens[:n]
+            longest, end = 0, -1
+            for length in range(1, n):
+                suffix = seen[n - length :]
+                ends = [
+                    e for e in range(length - 1, n - 1) if seen[e - length + 1 : e + 1] == suffix
+                ]
+                if not ends:
+                    break
+                longest, end = length, ends[-1]
+            assert automaton.longest_repeat() == (longest, end), (vocab, n)
+
+
+def test_drafting_pauses_after_repeated_misses_and_resumes() -> None:
+    drafter = SuffixDrafter(max_tokens=8)
     tokens = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2]
-    assert len(drafter.propose(tokens, limit=8)) == 4
-    drafter.record(4, 4)
-    assert drafter.draft_tokens == 6
-    drafter.record(6, 6)
-    drafter.record(8, 8)
-    assert drafter.draft_tokens == 8  # capped
-    drafter.record(8, 2)
-    assert drafter.draft_tokens == 3
+    assert len(drafter.propose(tokens, limit=8)) == LONG_DRAFT
+    for _ in range(7):
+        drafter.record(3, 0)
+    drafter.record(3, 1)  # an accepted token resets the count
+    for _ in range(7):
+        drafter.record(3, 0)
+    assert drafter.propose(tokens, limit=8) != []
     drafter.record(3, 0)
-    drafter.record(1, 0)
     paused = [drafter.propose(tokens, limit=8) for _ in range(4)]
     assert paused == [[], [], [], []]
     assert drafter.propose(tokens, limit=8) != []
+    for _ in range(8):
+        drafter.record(1, 0)
+    assert [drafter.propose(tokens, limit=8) for _ in range(8)] == [[]] * 8  # twice as long
+    assert drafter.propose(tokens, limit=8) != []
+    assert (drafter.proposed, drafter.accepted) == (3 * 16 + 8, 1)
 
 
 # -- verification -----------------------------------------------------------------------------
@@ -139,14 +171,14 @@ def test_greedy_is_unchanged_alone_and_batched(tiny_model: LlamaForCausalLM) -> 
 
 
 def test_natural_drafts_keep_greedy_output(tiny_model: LlamaForCausalLM) -> None:
-    """The n-gram drafter itself, on prompts that repeat themselves."""
+    """The suffix drafter itself, on prompts that repeat themselves."""
     prompts = [random_prompt(12, seed=s) * 4 for s in (1, 2)]
     expected = reference(tiny_model, prompts)
     core = make_core(tiny_model, speculative_tokens=8)
     seqs = [core.add_request(str(i), p, GREEDY) for i, p in enumerate(prompts)]
     out = run_core(core)
     assert [out[str(i)] for i in range(len(prompts))] == expected
-    assert sum(s.drafter.proposed for s in seqs if isinstance(s.drafter, NgramDrafter)) > 0
+    assert sum(s.drafter.proposed for s in seqs if isinstance(s.drafter, SuffixDrafter)) > 0
 
 
 def test_greedy_is_unchanged_with_a_warm_prefix_cache(tiny_model: LlamaForCausalLM) -> None:

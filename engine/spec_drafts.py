@@ -1,0 +1,141 @@
+"""Speculative drafts from the longest earlier match: a suffix automaton over prompt + answer.
+
+A RAG answer copies runs of tokens from the sources in its prompt, and from itself. The
+automaton finds, in amortised constant time a token, the longest suffix of the sequence that
+occurred before and where it last ended; the tokens that followed it are the draft. Its
+length follows what a verification step costs in the native int8 kernel (about 1.0 for one
+row, 1.1 for 2, 1.5 for 3, 1.7 for 4, 2.5 for 5: its matmuls take two rows a pass), and how
+well the match predicts: a one-token match drafts one token, a longer one three.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+# Draft lengths, so that a draft and the token before it fill whole two-row passes. On the
+# RAG answers of bench/speculative.py, drafting 3 after a match of two or more tokens and 1
+# after a match of one gave the most tokens a second of the policies tried (4 tokens at most,
+# as before: 1.46x modelled; 1 and 3: 1.63x; 5 after long matches: no better).
+SHORT_DRAFT = 1
+LONG_DRAFT = 3
+LONG_MATCH = 2
+# A sequence whose drafts keep failing stops drafting for a while, longer each time. A
+# one-token draft's second row costs about a tenth of a step, so it pays while about one
+# draft in eight is accepted; pausing sooner cost more than it saved on the RAG answers.
+_MISSES_BEFORE_PAUSE = 8
+_FIRST_PAUSE_STEPS = 4
+_LONGEST_PAUSE_STEPS = 64
+# How many shorter suffixes learn the newest end position of theirs each token: the most
+# recent occurrence predicts better than the first (a phrase the answer already took from
+# one source continues as it did there), and the bound keeps a token's cost constant.
+_RECENCY_DEPTH = 64
+
+
+@dataclass(slots=True)
+class SuffixAutomaton:
+    """The suffix automaton of a growing token sequence.
+
+    State 0 is the empty string; each state is a class of substrings with the same end
+    positions: `length` is its longest, `link` the state of its longest suffix in another
+    class, `end` a position where it ends (the latest known, before the newest token).
+    """
+
+    _next: list[dict[int, int]] = field(default_factory=lambda: [{}])
+    _link: list[int] = field(default_factory=lambda: [-1])
+    _length: list[int] = field(default_factory=lambda: [0])
+    _end: list[int] = field(default_factory=lambda: [-1])
+    _last: int = 0
+    size: int = 0
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        """Append tokens to the sequence."""
+        for token in tokens:
+            self._append(token)
+
+    def longest_repeat(self) -> tuple[int, int]:
+        """(length, end) of the longest suffix that also ends earlier, at `end`; (0, -1)
+        if the newest token never occurred before."""
+        state = self._link[self._last]
+        if state <= 0:
+            return 0, -1
+        return self._length[state], self._end[state]
+
+    def _append(self, token: int) -> None:
+        nexts, link, length, end = self._next, self._link, self._length, self._end
+        position = self.size
+        self.size += 1
+        # Every suffix of the sequence so far also ends at the previous position: record it
+        # now, one token late, so that longest_repeat never answers the newest position.
+        state, depth = link[self._last], 0
+        while state > 0 and depth < _RECENCY_DEPTH:
+            end[state] = position - 1
+            state, depth = link[state], depth + 1
+        cur = len(length)
+        nexts.append({})
+        link.append(0)
+        length.append(length[self._last] + 1)
+        end.append(position)
+        p = self._last
+        while p != -1 and token not in nexts[p]:
+            nexts[p][token] = cur
+            p = link[p]
+        if p != -1:
+            q = nexts[p][token]
+            if length[p] + 1 == length[q]:
+                link[cur] = q
+            else:
+                clone = len(length)
+                nexts.append(dict(nexts[q]))
+                link.append(link[q])
+                length.append(length[p] + 1)
+                end.append(end[q])
+                while p != -1 and nexts[p].get(token) == q:
+                    nexts[p][token] = clone
+                    p = link[p]
+                link[q] = clone
+                link[cur] = clone
+        self._last = cur
+
+
+@dataclass(slots=True)
+class SuffixDrafter:
+    """One sequence's draft proposer: the continuation of its longest earlier match, its
+    length chosen by the match's length and capped at `max_tokens`; paused after
+    repeated misses."""
+
+    max_tokens: int
+    _automaton: SuffixAutomaton = field(default_factory=SuffixAutomaton)
+    _misses: int = 0
+    _pause: int = 0
+    _paused_for: int = _FIRST_PAUSE_STEPS
+    proposed: int = 0
+    accepted: int = 0
+
+    def propose(self, token_ids: Sequence[int], limit: int) -> list[int]:
+        """Up to `limit` tokens that may follow `token_ids`; [] if none."""
+        automaton = self._automaton
+        automaton.extend(token_ids[automaton.size :])
+        if self._pause > 0:
+            self._pause -= 1
+            return []
+        length, end = automaton.longest_repeat()
+        if length == 0:
+            return []
+        wanted = LONG_DRAFT if length >= LONG_MATCH else SHORT_DRAFT
+        wanted = min(wanted, self.max_tokens, limit)
+        return list(token_ids[end + 1 : end + 1 + wanted]) if wanted > 0 else []
+
+    def record(self, drafted: int, accepted: int) -> None:
+        """Count a verified draft; pause drafting after repeated misses, longer each time."""
+        self.proposed += drafted
+        self.accepted += accepted
+        if accepted > 0:
+            self._misses = 0
+            self._paused_for = _FIRST_PAUSE_STEPS
+            return
+        self._misses += 1
+        if self._misses >= _MISSES_BEFORE_PAUSE:
+            self._misses = 0
+            self._pause = self._paused_for
+            self._paused_for = min(2 * self._paused_for, _LONGEST_PAUSE_STEPS)
