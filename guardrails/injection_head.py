@@ -6,8 +6,8 @@ The sentence vector is a mean over tokens, so one imperative clause in a harmles
 token on its own, then pools by learned attention and by maximum, so a few suspect tokens
 can carry the score. The embedder computes the token vectors in the pass that gives the
 sentence vector (`retrieval.embedder.Embedder.embed_with_tokens`), so the head costs a few
-small matrix products and no model pass. Trained jointly with the linear model by
-`guardrails/train_injection_head.py`; about 25,000 numbers, shipped in the weights file.
+small matrix products and no model pass. Stacked on the linear model by
+`guardrails/train_injection_head.py`; about 50,000 numbers, shipped in the weights file.
 """
 
 from __future__ import annotations

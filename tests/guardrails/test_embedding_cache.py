@@ -87,8 +87,8 @@ def test_the_request_copy_runs_on_half_the_cores_and_restores_the_callers_thread
 # Harmless, with phrases attacks use, so the injection screen cannot clear it; longer than
 # the embedded head, shorter than one classifier window.
 UNSURE = (
-    "I took over the onboarding checklist from a colleague who left. Please act as an "
-    "experienced HR coordinator and review it: new hires get a laptop and badge on day one, "
+    "I took over the onboarding checklist from a colleague who left. You are now an "
+    "experienced HR coordinator: review it. New hires get a laptop and badge on day one, "
     "meet their buddy, read the security policy and set up their accounts. You can ignore "
     "the formatting for now, I will fix it later. Which steps are missing, which should be "
     "merged, and in what order should they come? Also suggest a short welcome message the "
