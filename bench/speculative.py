@@ -31,6 +31,7 @@ from doc_section import write_section
 from engine import (
     ChatMessage,
     EngineConfig,
+    EngineMetrics,
     PagedEngine,
     SamplingParams,
     default_model_source,
@@ -139,6 +140,8 @@ def run(write: bool, draft_tokens: int = SPECULATIVE_TOKENS) -> str:
         for name, config in configs.items()
     }
     rates: dict[str, dict[str, list[float]]] = {name: {"one": [], "many": []} for name in engines}
+    # The one-stream runs' draft tokens, accepted ones, generated tokens and steps.
+    counts: dict[str, list[int]] = {name: [0, 0, 0, 0] for name in engines}
     answers: dict[str, list[list[int]]] = {name: [] for name in engines}
     shares: list[float] = []  # how much of each one-stream answer quotes its prompt
     for engine in engines.values():
@@ -148,7 +151,18 @@ def run(write: bool, draft_tokens: int = SPECULATIVE_TOKENS) -> str:
     for r in range(RUNS):
         for scenario, runs, concurrent in (("one", singles, False), ("many", groups, True)):
             for name in sorted(engines, reverse=r % 2 == 1):
+                before = engines[name].metrics()
                 rate, outs = one_run(engines[name], runs[r], params, concurrent)
+                if scenario == "one":
+                    counts[name] = [
+                        total + after - start
+                        for total, after, start in zip(
+                            counts[name],
+                            _counters(engines[name].metrics()),
+                            _counters(before),
+                            strict=True,
+                        )
+                    ]
                 rates[name][scenario].append(rate)
                 answers[name] += outs
                 if scenario == "one" and name == "off":
@@ -163,15 +177,27 @@ def run(write: bool, draft_tokens: int = SPECULATIVE_TOKENS) -> str:
     weights = resolve_engine_config(base, "cpu").weights
     same = sum(a == b for a, b in zip(answers["on"], answers["off"], strict=True))
     quoted = statistics.mean(shares)
-    section = render(figures, weights, draft_tokens, quoted, len(prompts), same, len(answers["on"]))
+    section = render(
+        figures, counts, weights, draft_tokens, quoted, len(prompts), same, len(answers["on"])
+    )
     print(section)
     if write:
         write_section("speculative", section)
     return section
 
 
+def _counters(metrics: EngineMetrics) -> tuple[int, int, int, int]:
+    return (
+        metrics.draft_tokens,
+        metrics.accepted_draft_tokens,
+        metrics.generated_tokens,
+        metrics.steps,
+    )
+
+
 def render(
     figures: dict[str, dict[str, Any]],
+    counts: dict[str, list[int]],
     weights: str,
     draft_tokens: int,
     quoted: float,
@@ -180,6 +206,9 @@ def render(
     answers: int,
 ) -> str:
     off, on = figures["off"], figures["on"]
+    drafted, accepted, generated, steps = counts["on"]
+    ratio = on["one"] / off["one"]
+    verdict = "met" if ratio >= 1.8 and on["many"] / off["many"] >= 0.95 else "not met"
     rows = [
         ("1 stream: decode tok/s (after the first token)", on["one"], off["one"], ">= 1.8x"),
         (f"{STREAMS} streams: total tok/s", on["many"], off["many"], ">= 0.95x"),
@@ -190,9 +219,11 @@ def render(
     lines = [
         "## Speculative decoding on RAG answers",
         "",
-        f"`{command}` (load average {os.getloadavg()[0]:.1f} at the end): "
+        f"`{command}` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
+        f"{os.getloadavg()[0]:.1f} at the end; goals {verdict}): "
         f"SmolLM2-135M-Instruct, {weights} weights, greedy, up to {NEW_TOKENS} new tokens; "
-        f"prompt-lookup drafts of up to {draft_tokens} tokens "
+        f"prompt-lookup drafts (the longest earlier match, engine/spec_drafts.py) of up to "
+        f"{draft_tokens} tokens "
         f"(`EngineConfig(speculative_tokens={draft_tokens})`) against the same engine without "
         f"them, in the same run. {chats} requests to repeat a docs/sample-corpus/ section or "
         "a Cranfield abstract, the source in the system message (SmolLM2-135M paraphrases a "
@@ -202,7 +233,11 @@ def render(
         f"{same} of {answers} answers are token for token the same with and without "
         "speculation: one stream's always are (tests/engine/test_speculative.py), while in a "
         "batch a prompt's prefill chunks fall where the step's budget leaves them, which can "
-        "move a near-tied greedy choice by rounding.",
+        "move a near-tied greedy choice by rounding. "
+        f"One stream, all {RUNS} runs: {accepted / max(1, drafted):.0%} of {drafted} draft "
+        f"tokens accepted, {generated / max(1, steps):.2f} tokens a step "
+        f"({counts['off'][2] / max(1, counts['off'][3]):.2f} without speculation; prefill "
+        "steps included).",
         "",
         "| scenario | speculation on | off | ratio | goal |",
         "| --- | --- | --- | --- | --- |",

@@ -59,6 +59,7 @@ class EngineMetrics:
     # Speculative decoding: draft tokens verified, and of those the ones accepted.
     draft_tokens: int = 0
     accepted_draft_tokens: int = 0
+    steps: int = 0  # steps that ran a batch (tokens per step: generated_tokens / steps)
 
 
 class EngineCore:
@@ -83,6 +84,7 @@ class EngineCore:
         self._generated = 0
         self._drafted = 0
         self._accepted = 0
+        self._steps = 0
         self._recent: collections.deque[tuple[float, int]] = collections.deque()
 
     # -- requests -------------------------------------------------------------------------
@@ -164,6 +166,7 @@ class EngineCore:
         if not batch:
             return []
         sampled = self.runner.run(batch)
+        self._steps += 1
         outputs: list[StepOutput] = []
         finished: list[Sequence] = []
         computed: list[int] = []
@@ -273,4 +276,5 @@ class EngineCore:
             generation_tokens_per_second=rate,
             draft_tokens=self._drafted,
             accepted_draft_tokens=self._accepted,
+            steps=self._steps,
         )
