@@ -38,8 +38,10 @@ class OracleDrafter:
         self.width = width
         self.proposals = 0
         self.accepted = 0
+        self.limits: list[int] = []  # the longest draft the scheduler asked for, each step
 
     def propose(self, token_ids: Sequence[int], limit: int) -> list[int]:
+        self.limits.append(limit)
         done = len(token_ids) - self.num_prompt_tokens
         draft = self.answer[done : done + min(self.width, limit)]
         self.proposals += 1
@@ -168,6 +170,29 @@ def test_greedy_is_unchanged_alone_and_batched(tiny_model: LlamaForCausalLM) -> 
         assert [out[str(i)] for i in range(len(prompts))] == expected
         assert all(o.accepted > 0 for o in oracles)
         assert_no_block_held(batched)
+
+
+def test_a_sequence_decoding_beside_another_drafts_one_token(
+    tiny_model: LlamaForCausalLM,
+) -> None:
+    """Two three-token drafts would make a step of 8 rows, more than they save: beside
+    another decode a draft is one token; alone, as long as the drafter wants."""
+    prompts = [random_prompt(20, seed=s) for s in (4, 5)]
+    expected = reference(tiny_model, prompts)
+    short = SamplingParams(max_tokens=10, ignore_eos=True)
+    core = make_core(tiny_model, speculative_tokens=8, speculative_max_batch=2)
+    first = core.add_request("0", prompts[0], short)
+    first.drafter = beside = OracleDrafter(len(prompts[0]), expected[0])
+    second = core.add_request("1", prompts[1], GREEDY)
+    second.drafter = alone = OracleDrafter(len(prompts[1]), expected[1])
+    out = run_core(core)
+    assert out == {"0": expected[0][:10], "1": expected[1]}
+    # The last steps of the first ask for less: its answer ends (max_tokens).
+    assert 1 in beside.limits and set(beside.limits) <= {0, 1}
+    # The second drafted beside the first while it ran, then alone with longer drafts.
+    assert set(alone.limits[: len(beside.limits)]) == {1}
+    assert alone.limits[len(beside.limits)] > 1
+    assert alone.accepted > len(expected[1]) // 2
 
 
 def test_natural_drafts_keep_greedy_output(tiny_model: LlamaForCausalLM) -> None:
