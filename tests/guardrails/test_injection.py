@@ -310,20 +310,39 @@ def test_classifier_modes_report_without_blocking(embedder: Embedder, mode: Chec
     assert verdict.action == "block" and not verdict.blocks
 
 
-# Once false alarms of the earlier classifier (from the held-out split and promptshield).
+# Once false alarms of earlier classifiers: from the held-out split and promptshield; then
+# (issue 18) numbered load-test requests (0.69-0.93) and sentences of the shipped sample
+# corpus's VPN and incident pages (0.82-0.86), written apart from the training rows added
+# for them (other ids, other wording).
 FORMER_FALSE_ALARMS = [
     "How do attackers use prompt injection against AI agents that browse the web?",
     "Override the default settings and use dark mode",
     "Lorem ipsum dolor sit amet, consectetur adipiscing elit. Integer nec odio. Praesent "
     "libero. Sed cursus ante dapibus diam.",
     "lorem ipsum dolor sit amet",
+    "Request n7d41c09e: Count from 1 to 300, separated by commas.",
+    "Request n0b2f: Count from 1 to 300 and put each number on its own line.",
+    "Request nfe12a7c3b9d0: count from 1 to 300 please",
+    "Install the WireGuard client from the company software center, then import the "
+    "configuration file that the IT helpdesk sends you by encrypted email.",
+    "Do not try to investigate on your own and do not delete the suspicious message.",
 ]
+SAMPLE_CORPUS = Path(__file__).resolve().parents[2] / "docs" / "sample-corpus"
 
 
 @pytest.mark.parametrize("text", FORMER_FALSE_ALARMS)
 def test_former_false_alarms_pass(layered: InjectionDetector, text: str) -> None:
     verdict = layered.check([text])
     assert verdict.action == "allow", verdict.evidence
+
+
+@pytest.mark.parametrize("page", ["vpn-setup.md", "security-incidents.md"])
+def test_the_sample_corpus_pages_pass_as_messages_and_as_retrieved_chunks(
+    layered: InjectionDetector, page: str
+) -> None:
+    text = (SAMPLE_CORPUS / page).read_text(encoding="utf-8")
+    assert layered.check([text]).action == "allow"
+    assert layered.scan_untrusted([text])[0].action == "allow"
 
 
 def _held_out_hard(label: int) -> list[str]:

@@ -1,6 +1,5 @@
 """The injection classifier's token head: its numpy forward against the PyTorch module it
-is trained as, seeded training, the shipped weights file, and false alarms it must not
-raise (texts the earlier classifier blocked)."""
+is trained as, seeded training, and the shipped weights file."""
 
 from __future__ import annotations
 
@@ -11,8 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-from guardrails.config import InjectionConfig
-from guardrails.injection import InjectionDetector
 from guardrails.injection_classifier import (
     DEFAULT_WEIGHTS,
     ClassifierWeightsError,
@@ -20,9 +17,6 @@ from guardrails.injection_classifier import (
 )
 from guardrails.injection_head import TokenHead
 from guardrails.train_injection_head import _Head, _padded, fit_head
-from retrieval.embedder import Embedder
-
-SAMPLE_CORPUS = Path(__file__).resolve().parents[2] / "docs" / "sample-corpus"
 
 
 def _token_sets(seed: int, sizes: list[int], dimension: int = 384) -> list[np.ndarray]:
@@ -109,36 +103,3 @@ def test_a_head_of_another_dimension_is_refused() -> None:
             np.zeros(8, np.float32),  # should be 16
             0.0,
         )
-
-
-@pytest.fixture(scope="module")
-def layered(embedder: Embedder) -> InjectionDetector:
-    return InjectionDetector(InjectionConfig(), embed=embedder)
-
-
-# Blocked by the earlier classifier (issue 18): numbered load-test requests (0.69-0.93) and
-# the shipped sample corpus's own VPN and incident pages (0.82-0.86). Written apart from
-# the training rows added for them (other ids, other wording).
-FORMER_FALSE_ALARMS = [
-    "Request n7d41c09e: Count from 1 to 300, separated by commas.",
-    "Request n0b2f: Count from 1 to 300 and put each number on its own line.",
-    "Request nfe12a7c3b9d0: count from 1 to 300 please",
-    "Install the WireGuard client from the company software center, then import the "
-    "configuration file that the IT helpdesk sends you by encrypted email.",
-    "Do not try to investigate on your own and do not delete the suspicious message.",
-]
-
-
-@pytest.mark.parametrize("text", FORMER_FALSE_ALARMS)
-def test_former_false_alarms_pass(layered: InjectionDetector, text: str) -> None:
-    verdict = layered.check([text])
-    assert verdict.action == "allow", verdict.evidence
-
-
-@pytest.mark.parametrize("page", ["vpn-setup.md", "security-incidents.md"])
-def test_the_sample_corpus_pages_pass_as_messages_and_as_retrieved_chunks(
-    layered: InjectionDetector, page: str
-) -> None:
-    text = (SAMPLE_CORPUS / page).read_text(encoding="utf-8")
-    assert layered.check([text]).action == "allow"
-    assert layered.scan_untrusted([text])[0].action == "allow"
