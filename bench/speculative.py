@@ -177,8 +177,21 @@ def run(write: bool, draft_tokens: int = SPECULATIVE_TOKENS) -> str:
     weights = resolve_engine_config(base, "cpu").weights
     same = sum(a == b for a, b in zip(answers["on"], answers["off"], strict=True))
     quoted = statistics.mean(shares)
+    # Each run's on/off pair ran back to back, so its ratio shares the machine's load.
+    paired = {
+        scenario: [
+            on / off for on, off in zip(rates["on"][scenario], rates["off"][scenario], strict=True)
+        ]
+        for scenario in ("one", "many")
+    }
     section = render(
-        figures, counts, weights, draft_tokens, quoted, len(prompts), same, len(answers["on"])
+        figures,
+        paired,
+        counts,
+        weights,
+        draft_tokens,
+        quoted,
+        (len(prompts), same, len(answers["on"])),
     )
     print(section)
     if write:
@@ -197,14 +210,14 @@ def _counters(metrics: EngineMetrics) -> tuple[int, int, int, int]:
 
 def render(
     figures: dict[str, dict[str, Any]],
+    paired: dict[str, list[float]],
     counts: dict[str, list[int]],
     weights: str,
     draft_tokens: int,
     quoted: float,
-    chats: int,
-    same: int,
-    answers: int,
+    answer_counts: tuple[int, int, int],
 ) -> str:
+    chats, same, answers = answer_counts
     off, on = figures["off"], figures["on"]
     drafted, accepted, generated, steps = counts["on"]
     ratio = on["one"] / off["one"]
@@ -237,7 +250,11 @@ def render(
         f"One stream, all {RUNS} runs: {accepted / max(1, drafted):.0%} of {drafted} draft "
         f"tokens accepted, {generated / max(1, steps):.2f} tokens a step "
         f"({counts['off'][2] / max(1, counts['off'][3]):.2f} without speculation; prefill "
-        "steps included).",
+        "steps included). Each run's own ratio (on and off back to back): one stream "
+        + ", ".join(f"{r:.2f}x" for r in paired["one"])
+        + f"; {STREAMS} streams "
+        + ", ".join(f"{r:.2f}x" for r in paired["many"])
+        + ".",
         "",
         "| scenario | speculation on | off | ratio | goal |",
         "| --- | --- | --- | --- | --- |",
