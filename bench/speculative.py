@@ -220,8 +220,13 @@ def render(
     chats, same, answers = answer_counts
     off, on = figures["off"], figures["on"]
     drafted, accepted, generated, steps = counts["on"]
-    ratio = on["one"] / off["one"]
-    verdict = "met" if ratio >= 1.8 and on["many"] / off["many"] >= 0.95 else "not met"
+    # Met where both the ratio of the medians and the median of the runs' own ratios reach
+    # the goal; one of the two alone reads as borderline on this noisy machine.
+    reached = [
+        sum((on[scenario] / off[scenario] >= goal, statistics.median(paired[scenario]) >= goal))
+        for scenario, goal in (("one", 1.8), ("many", 0.95))
+    ]
+    verdict = "met" if min(reached) == 2 else "borderline" if min(reached) == 1 else "not met"
     rows = [
         ("1 stream: decode tok/s (after the first token)", on["one"], off["one"], ">= 1.8x"),
         (f"{STREAMS} streams: total tok/s", on["many"], off["many"], ">= 0.95x"),
