@@ -53,6 +53,16 @@ class AuditEntry:
         """Whose text this is, for erasure: the end user the client named, else the key."""
         return self.end_user or self.key_id or "anonymous"
 
+    @property
+    def seal_as(self) -> tuple[str, str]:
+        """The (tenant, subject) whose key seals the text."""
+        return self.tenant or "", self.subject
+
+    @property
+    def seals_text(self) -> bool:
+        """Whether the row keeps text, which must then be sealed."""
+        return self.store_content and (self.prompt_text, self.answer_text) != (None, None)
+
     def to_row(self, seal: Callable[[str], str] | None = None) -> AuditRecord:
         """The row to append: text only when the policy allows it (sealed by `seal` when
         given), hashes of the plain text always."""
@@ -124,16 +134,19 @@ class AuditLog:
     def _write_batch(self, entries: list[AuditEntry]) -> list[AuditRecord | BaseException]:
         """Seal each entry (a failure fails that entry alone), then link every sealed row
         in one transaction (a failure fails each of them)."""
-        sealers: dict[tuple[str | None, str], Callable[[str], str]] = {}
         outcomes: list[AuditRecord | BaseException] = []
         rows: list[AuditRecord] = []
+        # A record whose text is not kept needs no key; the others share one lookup.
+        no_keys: Exception | None = None
+        try:
+            sealers = self._keys.sealers({e.seal_as for e in entries if e.seals_text})
+        except Exception as exc:
+            sealers, no_keys = {}, exc
         for entry in entries:
-            # One key lookup per subject and write, as the records are written together.
-            sealer = sealers.setdefault(
-                (entry.tenant, entry.subject), self._keys.sealer(entry.tenant, entry.subject)
-            )
             try:
-                row = entry.to_row(sealer)
+                if no_keys is not None and entry.seals_text:
+                    raise no_keys
+                row = entry.to_row(sealers.get(entry.seal_as))
             except Exception as exc:
                 log.exception("audit.write_failed", request_id=entry.request_id)
                 outcomes.append(_write_error(exc))

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from functools import partial
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from sqlalchemy import select, update
+from sqlalchemy import select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -41,6 +42,16 @@ class ErasedKey:
     subject: str
 
 
+# Encrypts one text with the key it was made for.
+Sealer = Callable[[str], str]
+
+
+def _seal(key_id: int, key: bytes, plaintext: str) -> str:
+    nonce = os.urandom(_NONCE_BYTES)
+    sealed = AESGCM(key).encrypt(nonce, plaintext.encode(), _aad(key_id))
+    return f"{ENVELOPE}{key_id}:{base64.urlsafe_b64encode(nonce + sealed).decode()}"
+
+
 def is_sealed(stored: str | None) -> bool:
     return stored is not None and stored.startswith(ENVELOPE)
 
@@ -52,21 +63,25 @@ class SubjectKeys:
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self._sessions = sessions
 
-    def sealer(self, tenant: str | None, subject: str) -> Callable[[str], str]:
-        """A function that encrypts text with the subject's live key, fetched on first use
-        (so a record without text costs no key lookup) and reused for the records of that
-        one write only (`AuditLog` writes the records that wait together)."""
-        live: list[tuple[int, bytes]] = []
-
-        def seal(plaintext: str) -> str:
-            if not live:
-                live.append(self._live_key(tenant or "", subject))
-            key_id, key = live[0]
-            nonce = os.urandom(_NONCE_BYTES)
-            sealed = AESGCM(key).encrypt(nonce, plaintext.encode(), _aad(key_id))
-            return f"{ENVELOPE}{key_id}:{base64.urlsafe_b64encode(nonce + sealed).decode()}"
-
-        return seal
+    def sealers(self, subjects: Collection[tuple[str, str]]) -> dict[tuple[str, str], Sealer]:
+        """A function for each `(tenant, subject)` that encrypts text with its live key,
+        for one write only: the keys are read in one query (created where missing), so
+        the records `AuditLog` writes together cost one lookup, and an erasure made
+        elsewhere holds from the next write on."""
+        if not subjects:
+            return {}
+        live: dict[tuple[str, str], tuple[int, bytes]] = {}
+        keys = AuditSubjectKey
+        query = select(keys.id, keys.tenant, keys.subject, keys.key).where(
+            tuple_(keys.tenant, keys.subject).in_(list(subjects)), keys.erased_at.is_(None)
+        )
+        with self._sessions() as session:
+            for row in session.execute(query):
+                if row.key is not None:
+                    live[(row.tenant, row.subject)] = (int(row.id), bytes(row.key))
+        for tenant, subject in set(subjects) - live.keys():
+            live[(tenant, subject)] = self._live_key(tenant, subject)
+        return {pair: partial(_seal, *key) for pair, key in live.items()}
 
     def _live_key(self, tenant: str, subject: str) -> tuple[int, bytes]:
         for _ in range(3):
