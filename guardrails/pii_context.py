@@ -17,6 +17,8 @@ import re
 from presidio_analyzer import EntityRecognizer, RecognizerResult
 from presidio_analyzer.nlp_engine import NlpArtifacts
 
+from guardrails.pii_places import gazetteer
+
 CONTEXT_SCORE = 0.9
 
 # Every upper-case letter of the Basic Multilingual Plane, so names in any Latin, Greek or
@@ -39,28 +41,70 @@ _PERSON_BEFORE = re.compile(
     r"|\b(?:forward(?:s|ed)?|talk(?:s|ed)?|speak|write|wrote|introduce[sd]?|"
     r"reach(?:ed)?\s+out|escalate[sd]?|assign(?:s|ed)?)\s+(?:it\s+|this\s+|them\s+)?to"
     r"|\b(?:mr|mrs|ms|miss|dr|prof|sir|madam|herr|frau|mme|mlle|sr|sra|srta|sig|dott|pan|pani|"
-    r"bay|bayan|dhr|mevr)\.?)\s+$",
+    r"bay|bayan|dhr|mevr)\.?"
+    # Italian titles with their endings: "Sig.ra", "Dott.ssa", "Ing.".
+    r"|\b(?:sig\.?r[ao]|sig\.?na|dott\.?ssa|ing|avv|arch|geom)\.?"
+    # "my manager is X", "our contact there is X", "the assignee: X": a role, then a name.
+    r"|\b(?:my|our|your|his|her|their|the)\s+(?:new\s+|former\s+|main\s+|direct\s+)?"
+    r"(?:manager|boss|supervisor|lead|contact|colleague|co-?worker|assistant|director|owner|"
+    r"assignee|reviewer|approver|mentor|sponsor|recruiter|advisor|adviser|lawyer|attorney|"
+    r"doctor|landlord|tenant|partner|wife|husband|son|daughter|mother|father|friend|"
+    r"neighbou?r|ceo|cto|cfo|coo|founder|chair|president|accountant|tutor|teacher|coach)"
+    r"(?:\s+(?:there|here|now|today))?\s+(?:is|was|will\s+be|:)"
+    r"|\b(?:cc|bcc)(?:'?d)?|\bloop\s+in|\bpinged?)\s+$",
     re.IGNORECASE,
 )
+# Cues that a company or a product follows as often as a person ("acquired by Google",
+# "Can Google Pay ..."), so they type only a name of two words or more.
+_FULL_NAME_BEFORE = re.compile(
+    # A passive's agent: "accepted by X", "signed off by X".
+    r"(?:\b(?:\w+ed|written|signed|done|made|sent|given|taken|seen|led|run|held|owned|won)"
+    r"(?:\s+off)?\s+by"
+    # A question about what someone does: "Can X sign ...?", "Did X reply?".
+    r"|(?:^|[.!?:]\s+)(?:can|could|will|would|should|did|does|do|has|have|may|might|shall|is|"
+    r"was)|\b(?:when|why|where|how)\s+(?:will|did|does|can|could|would|has|is|was))\s+$",
+    re.IGNORECASE,
+)
+_PASSIVE_AFTER = re.compile(r"\s+(?:be|been|being)\b", re.IGNORECASE)
 _LOCATION_BEFORE = re.compile(
     r"(?:\b(?:move[sd]?|moving|relocat(?:e[sd]?|ing)|travel(?:l?ed|l?ing|s)?|fl(?:y|ies|ew|ying)|"
     r"flights?|trips?|ship(?:s|ped|ping)?|deliver(?:s|ed|ing|y)?|emigrat(?:e[sd]?|ing)|"
     r"expand(?:s|ed|ing)?|commut(?:e[sd]?|ing))\s+(?:\w+\s+){0,2}to"
     r"|\b(?:offices?|branch(?:es)?|based|located|headquartered|headquarters(?:\s+(?:is|are))?|"
     r"lives?|lived|living|born|residing|resident|stores?|warehouses?|plants?|factory|factories|"
-    r"campus|studios?|customers|clients|operations|takes?\s+place|airport|hotels?)\s+in"
+    r"campus|studios?|customers|clients|operations|takes?\s+place|airport|hotels?|sites?|"
+    r"facilit(?:y|ies)|depots?|hubs?|subsidiar(?:y|ies)|headcount|team\s+is)\s+in"
+    r"|\bbased\s+(?:out\s+of|at|near)"
     r"|\b(?:train|flights?|bus|drive|shipments?|deliver(?:y|ies)|road|route|way)\s+(?:from|to)"
     r"|\b(?:moved|relocated|flying|flew|came|coming|travell?ing)\s+from"
     r"|\b(?:city|town|village|country|region|province|state)\s+of)\s+$",
     re.IGNORECASE,
 )
 # Weaker: a place as often as not ("in Excel", "from Jenkins"), so scored under spaCy.
-_LOCATION_WEAK_BEFORE = re.compile(r"\b(?:in|from|near|across|throughout)\s+$", re.IGNORECASE)
+_LOCATION_WEAK_BEFORE = re.compile(
+    r"\b(?:in|from|near|across|throughout|around|outside|within|welcome\s+to|visit(?:s|ed|ing)?|"
+    r"left|leaving|reached|arrived\s+(?:in|at))\s+$",
+    re.IGNORECASE,
+)
 WEAK_SCORE = 0.5
+# Of those, the ones a person seldom follows ("in Avigliano Scalo", "near Salamanca"): when
+# spaCy reads the name as a person, the preposition wins (a possessive, "in Anna's team",
+# is left to spaCy).
+_PLACE_PREPOSITION = re.compile(
+    r"\b(?:in|near|across|throughout|around|outside|within)\s+$", re.IGNORECASE
+)
+PREPOSITION_SCORE = 0.86
+# After these a name in the gazetteer is a place, above spaCy's reading (it takes many
+# places, "near Salamanca", for people); "to" and "at" only with the gazetteer.
+_GAZETTEER_BEFORE = re.compile(r"\b(?:to|at|of)\s+$", re.IGNORECASE)
+# A country named anywhere, without a cue: under spaCy's score, so its PERSON wins
+# ("Jordan will join"), above the threshold.
+COUNTRY_SCORE = 0.8
 # A name of two words or more before one of these is a person ("Crystal White will join").
 _PERSON_AFTER = re.compile(
     r"\s+(?:will|would|said|says|wrote|writes|asked|asks|joined|joins|agreed|agrees|approved|"
-    r"called|emailed|mentioned|confirmed|replied|thinks|thought)\b"
+    r"called|emailed|mentioned|confirmed|replied|thinks|thought|has|had|left|signed|sent|"
+    r"is\s+(?:out|off|away|on\s+leave|back)|was\s+(?:promoted|hired|fired))\b"
 )
 _BEFORE_WINDOW = 48
 
@@ -134,10 +178,11 @@ def _typed(text: str, start: int, end: int) -> tuple[str, int, int, float] | Non
         name = [w for _, w in words[i:]]
         if name[0].lower() in _NOT_NAMES:
             continue
-        before = text[max(0, word_start - _BEFORE_WINDOW) : word_start]
-        if _LOCATION_BEFORE.search(before) and _looks_like_place(name):
+        if _cue(_LOCATION_BEFORE, text, word_start) and _looks_like_place(name):
             return "LOCATION", word_start, end, CONTEXT_SCORE
-        if _PERSON_BEFORE.search(before) and _looks_like_person(name):
+        if (
+            _cue(_PERSON_BEFORE, text, word_start) or _full_name_cue(text, word_start, end, name)
+        ) and _looks_like_person(name):
             return "PERSON", word_start, end, CONTEXT_SCORE
     for i, (word_start, _) in enumerate(words):
         name = [w for _, w in words[i:]]
@@ -145,11 +190,41 @@ def _typed(text: str, start: int, end: int) -> tuple[str, int, int, float] | Non
             continue
         if len(name) >= 2 and _PERSON_AFTER.match(text, end) and _looks_like_person(name):
             return "PERSON", word_start, end, CONTEXT_SCORE
-        before = text[max(0, word_start - _BEFORE_WINDOW) : word_start]
-        if _LOCATION_WEAK_BEFORE.search(before) and _looks_like_place(name):
-            return "LOCATION", word_start, end, WEAK_SCORE
+        if not _looks_like_place(name):
+            return None
+        known = gazetteer()
+        if _cue(_LOCATION_WEAK_BEFORE, text, word_start):
+            if known.is_place(" ".join(name)):
+                score = CONTEXT_SCORE
+            elif _cue(_PLACE_PREPOSITION, text, word_start) and not _possessive(name[-1]):
+                score = PREPOSITION_SCORE
+            else:
+                score = WEAK_SCORE
+            return "LOCATION", word_start, end, score
+        if _cue(_GAZETTEER_BEFORE, text, word_start) and known.is_place(" ".join(name)):
+            return "LOCATION", word_start, end, CONTEXT_SCORE
+        if known.is_country(" ".join(name)):
+            return "LOCATION", word_start, end, COUNTRY_SCORE
         return None
     return None
+
+
+def _full_name_cue(text: str, word_start: int, end: int, name: list[str]) -> bool:
+    """A cue of `_FULL_NAME_BEFORE` before a name of two words or more, none an acronym
+    ("Power BI"), not followed by a passive ("Can Google Pay be enabled"): things are
+    enabled and generated, people sign and reply."""
+    return (
+        len(name) >= 2
+        and not any(len(w) > 1 and w.isupper() for w in name)
+        and _cue(_FULL_NAME_BEFORE, text, word_start)
+        and not _PASSIVE_AFTER.match(text, end)
+    )
+
+
+def _cue(pattern: re.Pattern[str], text: str, word_start: int) -> bool:
+    """Whether `pattern` ends right before the word; its `^` matches only at the start of
+    the text, not of the window searched."""
+    return pattern.search(text, max(0, word_start - _BEFORE_WINDOW), word_start) is not None
 
 
 def _looks_like_person(words: list[str]) -> bool:
@@ -164,6 +239,10 @@ def _acronyms(words: list[str]) -> bool:
     """All words upper case ("SAP", "AWS"): a product or an organisation far more often
     than a person or a place; spaCy's NER still types the well-known places ("UK")."""
     return all(w.isupper() for w in words)
+
+
+def _possessive(word: str) -> bool:
+    return word.endswith(("'s", "\u2019s"))
 
 
 def _bare(word: str) -> str:

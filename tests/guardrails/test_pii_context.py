@@ -39,11 +39,19 @@ def test_a_cue_types_the_name_after_it(
     assert names.redact(text).text == text[:start] + placeholder + text[start + len(value) :]
 
 
-def test_a_bare_preposition_is_a_weaker_cue_than_spacy() -> None:
-    text = "Prices are higher in Dąbrowa Górnicza."
+def test_a_bare_from_is_a_weaker_cue_than_spacy() -> None:
+    text = "Demand from Dąbrowa Górnicza doubled."
     ((entity, start, end, score),) = context_names(text)
     assert (entity, text[start:end]) == ("LOCATION", "Dąbrowa Górnicza")
     assert score < 0.85 < CONTEXT_SCORE  # spaCy's score lies between the two
+
+
+def test_in_or_near_outweighs_spacy_unless_a_possessive_follows() -> None:
+    """A person seldom follows "in" or "near": the place reading beats spaCy's 0.85."""
+    ((entity, start, end, score),) = context_names("Prices are higher in Dąbrowa Górnicza.")
+    assert entity == "LOCATION" and score > 0.85
+    ((_, _, _, score),) = context_names("It sits in Maria Rossi's backlog.")
+    assert score < 0.85
 
 
 @pytest.mark.parametrize(
