@@ -368,7 +368,7 @@ def render(
     lines += [
         "",
         "Reading: records that wait at the same time are written together (group commit, "
-        "`gateway/audit/group_commit.py`): one subject-key lookup per subject and one "
+        "`gateway/audit/group_commit.py`): one read of their subjects' keys and one "
         "transaction that links them along the chain under its lock, so 32 records that "
         "arrive at once take a few commits instead of two each, and a lone writer pays what "
         "it paid before (two short transactions; the commit dominates). Sealed and unsealed "
