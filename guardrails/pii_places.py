@@ -12,23 +12,38 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+import unicodedata
 from dataclasses import dataclass
 
 DATA_FILE = "pii_places.txt"
 
 
+# Letters that Unicode does not decompose into a base letter and a mark.
+_UNDECOMPOSED = str.maketrans(
+    {"\u0131": "i", "ł": "l", "Ł": "L", "ø": "o", "Ø": "O", "đ": "d", "Đ": "D"}  # U+0131: dotless i
+)
+
+
+def fold(name: str) -> str:
+    """The name without diacritics: libphonenumber writes many towns in ASCII
+    ("Eskisehir"), people write them either way ("Eskişehir")."""
+    decomposed = unicodedata.normalize("NFKD", name.translate(_UNDECOMPOSED))
+    return "".join(c for c in decomposed if not unicodedata.combining(c))
+
+
 @dataclass(frozen=True, slots=True)
 class Gazetteer:
-    """Country names (in many languages) and other place names, as written."""
+    """Country names (in many languages) and other place names, folded (`fold`)."""
 
     countries: frozenset[str]
     places: frozenset[str]
 
     def is_country(self, name: str) -> bool:
-        return name in self.countries
+        return fold(name) in self.countries
 
     def is_place(self, name: str) -> bool:
-        return name in self.places or name in self.countries
+        folded = fold(name)
+        return folded in self.places or folded in self.countries
 
 
 @functools.lru_cache(maxsize=1)
@@ -39,5 +54,5 @@ def gazetteer() -> Gazetteer:
     places: set[str] = set()
     for line in text.splitlines():
         kind, _, name = line.partition("\t")
-        (countries if kind == "C" else places).add(name)
+        (countries if kind == "C" else places).add(fold(name))
     return Gazetteer(frozenset(countries), frozenset(places))
