@@ -14,13 +14,7 @@ from gateway.chat.openai_format import completion_body
 from gateway.chat.schemas import ChatCompletionRequest, ModelList
 from gateway.chat.service import ChatService
 from gateway.chat.stream import AnswerStream
-from gateway.http.auth import (
-    CHAT_ROLES,
-    ServicesDep,
-    identity_of,
-    require_roles,
-    services_of,
-)
+from gateway.http.auth import CHAT_ROLES, IdentityDep, ServicesDep, require_roles
 from gateway.http.body import require_json
 from gateway.http.openapi_docs import BEARER_SECURITY, errors
 from gateway.limits.quotas import admit_guard
@@ -43,12 +37,11 @@ async def list_models(services: ServicesDep) -> ModelList:
     responses=errors(400, 404, 413, 415, 429, 502, 504),
 )
 async def chat_completions(
-    request: Request[Any, Any, Any], data: JSONBody[ChatCompletionRequest]
+    request: Request[Any, Any, Any],
+    data: JSONBody[ChatCompletionRequest],
+    services: ServicesDep,
+    identity: IdentityDep,
 ) -> Response[Any]:
-    # Read from the request rather than injected: Litestar resolves two dependencies in an
-    # anyio task group (a task each) on the event loop, where 32 requests that arrive
-    # together queue behind each other's.
-    services, identity = services_of(request), identity_of(request)
     audit = caller_audit(request.scope, identity)
     entry = audit.entry
     service = ChatService(services, policy_for(services.policies, identity))
