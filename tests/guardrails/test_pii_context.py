@@ -48,7 +48,7 @@ def test_a_bare_from_is_a_weaker_cue_than_spacy() -> None:
 
 def test_in_or_near_outweighs_spacy_unless_a_possessive_follows() -> None:
     """A person seldom follows "in" or "near": the place reading beats spaCy's 0.85."""
-    ((entity, start, end, score),) = context_names("Prices are higher in Dąbrowa Górnicza.")
+    ((entity, _, _, score),) = context_names("Prices are higher in Dąbrowa Górnicza.")
     assert entity == "LOCATION" and score > 0.85
     ((_, _, _, score),) = context_names("It sits in Maria Rossi's backlog.")
     assert score < 0.85
