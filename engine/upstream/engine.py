@@ -381,7 +381,8 @@ def _auth_headers(api_key_env: str | None) -> dict[str, str]:
     """The bearer header from the named variable (never logged), or none."""
     if api_key_env is None:
         return {}
-    key = os.environ.get(api_key_env)
+    # A key mounted from a Secret file often ends with the file's newline.
+    key = os.environ.get(api_key_env, "").strip()
     if not key:
         raise ValueError(f"the environment variable {api_key_env} (the upstream's key) is empty")
     return {"Authorization": f"Bearer {key}"}

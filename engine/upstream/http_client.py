@@ -42,6 +42,7 @@ READ_HIGH_WATER = 256 * 1024
 TIMER_SLACK_S = 0.001
 
 Origin = tuple[str, str, int]
+_BREAKS = frozenset("\r\n\0")
 
 
 class HTTPError(Exception):
@@ -452,7 +453,12 @@ def _request_bytes(
     method: str, target: str, host: str, headers: Mapping[str, str], body: bytes | None
 ) -> bytes:
     lines = [f"{method} {target} HTTP/1.1", f"Host: {host}", "Accept: */*"]
-    lines += [f"{name}: {value}" for name, value in headers.items()]
+    for name, value in headers.items():
+        # A line break would end the header early and start another (or the body): a key
+        # read from a Secret file with its trailing newline must fail here, not be sent.
+        if _BREAKS.intersection(name) or _BREAKS.intersection(value):
+            raise ValueError(f"the header {name.strip()!r} holds a line break or NUL")
+        lines.append(f"{name}: {value}")
     if body is not None:
         lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
     head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")

@@ -249,8 +249,10 @@ def test_a_client_leaving_before_the_first_token_closes_the_upstream_connection(
     asyncio.run(scenario())
 
 
-def test_the_key_is_sent_as_a_bearer_token(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TEST_UPSTREAM_KEY", "sk-upstream-123")
+# A key mounted from a Secret file keeps the file's newline.
+@pytest.mark.parametrize("value", ["sk-upstream-123", "sk-upstream-123\n"])
+def test_the_key_is_sent_as_a_bearer_token(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("TEST_UPSTREAM_KEY", value)
 
     async def scenario() -> None:
         async with fault_server("stream") as recorder:

@@ -303,6 +303,23 @@ def test_a_refused_connection_and_a_status_error() -> None:
     asyncio.run(scenario())
 
 
+def test_a_header_with_a_line_break_is_refused_before_anything_is_sent() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+
+    async def scenario() -> None:
+        client = HTTPClient(connect_timeout=1, timeout=5)
+        async with serving(handler) as (origin, connections):
+            for value in ("Bearer sk-1\n", "Bearer sk-1\r\nX-Injected: 1", "a\0b"):
+                with pytest.raises(ValueError, match="'Authorization'") as caught:
+                    await client.request("GET", f"{origin}/v1/models", {"Authorization": value})
+                assert "sk-1" not in str(caught.value)
+            assert connections == []
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
 def test_a_large_body_read_slowly_arrives_whole() -> None:
     """Past the high-water mark the connection stops reading until the reader catches up."""
     payload = bytes(range(256)) * 8192  # 2 MiB
