@@ -30,7 +30,7 @@ from guardrails.injection_classifier import (
     InjectionClassifier,
     text_windows,
 )
-from guardrails.normalize import decoded_variants
+from guardrails.normalize import decoded_variants, fold_homoglyphs
 from guardrails.persona_cues import CUE_NAME, persona_unbound
 from guardrails.persona_patterns import PERSONA_PATTERNS, TRANSLATED_PERSONA_KEYS
 from guardrails.text_cache import TextCache
@@ -75,6 +75,28 @@ BUILTIN_PATTERNS: tuple[tuple[str, str], ...] = (
         r"\s+precedenti\b"
         r"|\b(?:ignore|ignora|esque[cç]a)\s+(?:todas\s+)?(?:as\s+)?"
         r"(?:instru[cç][oõ]es|regras)\s+anteriores\b",
+    ),
+    (
+        # "Ignore all instructions and ...", with no "previous": an order to drop the rules
+        # wholesale, in the languages above and in those promptshield's attacks use
+        # (Russian, Arabic, Hebrew, Chinese, Japanese, Korean). The object must end the
+        # clause ("ignore the instructions on the box" is a household remark).
+        "ignore_all_instructions_translated",
+        r"\b(?:ignore|ignorez|ignora|ignoriere|ignorieren\s+sie|ignorar|olvida|oublie|oubliez"
+        r"|vergiss|dimentica|esque[cç]a)\s+(?:(?:all|all\s+of|every|tou(?:te)?s|todas|todos"
+        r"|tutte|tutti|alle)\s+)?(?:your|les|tes|vos|las|tus|sus|le|deine|ihre|die|as|suas"
+        r"|tuas|os)?\s*(?:instructions|r[eè]gles|consignes|instrucciones|reglas|istruzioni"
+        r"|regole|anweisungen|regeln|instru[cç][oõ]es|regras)"
+        r"(?=\s*(?:[.,;:!]|$|(?:and|et|y|e|und)\s))"
+        r"|\balle\s+(?:anweisungen|regeln|instruktionen)\s+ignorieren\b"
+        + fold_homoglyphs(
+            r"|\b(?:игнорируй(?:те)?|забудь(?:те)?)\s+(?:все\s+)?(?:правила|инструкции|указания)"
+        )
+        + r"|تجاهل\s+(?:جميع\s+|كل\s+)?(?:القواعد|التعليمات)"
+        r"|התעלם\s+(?:מכל\s+)?(?:מה|ה)?(?:הוראות|כללים)"
+        r"|忽略(?:所有|全部|之前|以上)?的?(?:指令|指示|规则)"
+        r"|(?:すべての|全ての|以前の)?(?:指示|ルール|命令)を無視"
+        r"|(?:모든\s*)?(?:지침|지시|규칙|명령)(?:을|를)\s*무시",
     ),
     ("dan", r"\byou\s+are\s+(?:now\s+)?(?:a\s+)?dan\b|\bdan\s+mode\b|\bdo\s+anything\s+now\b"),
     (
@@ -128,7 +150,26 @@ _TOLERANT_MATCHERS: tuple[tuple[str, Callable[[str], str | None]], ...] = (
     (CUE_NAME, persona_unbound),
 )
 # Patterns skipped unless the text contains one of their key strings.
-_NEEDS: dict[str, tuple[str, ...]] = {"persona_switch_translated": TRANSLATED_PERSONA_KEYS}
+_NEEDS: dict[str, tuple[str, ...]] = {
+    "persona_switch_translated": TRANSLATED_PERSONA_KEYS,
+    # Its verbs' stems (the Russian ones folded like the text): unanchored branches for
+    # scripts without spaces cost 0.17 ms on 1,000 characters, the key test microseconds.
+    "ignore_all_instructions_translated": (
+        "ignor",
+        "olvid",
+        "oubli",
+        "vergiss",
+        "dimentic",
+        "esque",
+        fold_homoglyphs("игнорир"),
+        fold_homoglyphs("забуд"),
+        "تجاهل",
+        "התעלם",
+        "忽略",
+        "無視",
+        "무시",
+    ),
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -106,6 +106,12 @@ def normalize(text: str) -> str:
     return _WHITESPACE.sub(" ", text).strip()
 
 
+def fold_homoglyphs(text: str) -> str:
+    """Cyrillic and Greek look-alikes as their Latin letters, as `normalize` folds them: a
+    pattern for Russian text must be written the way the folded text reads."""
+    return text.translate(_HOMOGLYPHS)
+
+
 def decoded_variants(text: str) -> list[str]:
     """The normalised text, then every de-obfuscated reading of it, deduplicated.
 
