@@ -58,7 +58,9 @@ def open_database(settings: Settings) -> sessionmaker[Session]:
     """Bring the schema up to date (Alembic) and return a session factory."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     upgrade_database(settings.resolved_database_url)
-    return make_session_factory(make_db_engine(settings.resolved_database_url))
+    return make_session_factory(
+        make_db_engine(settings.resolved_database_url, settings.sqlite_synchronous)
+    )
 
 
 def engine_config(settings: Settings) -> EngineConfig:

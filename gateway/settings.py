@@ -21,6 +21,12 @@ class Settings(BaseSettings):
     database_url: str | None = Field(
         default=None, description="SQLAlchemy URL; default: SQLite file in the data folder."
     )
+    sqlite_synchronous: Literal["normal", "full"] = Field(
+        default="normal",
+        description="SQLite only: `normal` commits without an fsync (a commit survives a "
+        "crash of Bastion; an operating-system crash or power cut can lose the last few); "
+        "`full` fsyncs every commit, audit records included, for a few ms more an answer.",
+    )
     redis_url: str | None = Field(
         default=None, description="Redis for rate limits shared by several processes."
     )

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 
 from gateway.commands._common import add_data_dir
 from gateway.settings import Settings
 
 STARTUP_FAILURE = 3  # what `uvicorn.run` exits with when the server cannot start
+# The event loop shares the GIL with the audit writer, the engine and the worker threads.
+# A thread that wants the GIL gets it only after the holder has run this long, so at
+# Python's default of 5 ms a writer busy linking records stalls every stream on the loop
+# for up to 5 ms at a time (docs/benchmarks.md, "Bastion in front of an upstream server").
+GIL_SWITCH_INTERVAL_S = 0.001
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,6 +34,7 @@ def run(settings: Settings, _: argparse.Namespace) -> int:
     from gateway.log_config import configure_logging
     from gateway.services import open_database
 
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     sessions = open_database(settings)
     key = ensure_default_key(settings, sessions)
     url = f"http://{settings.host}:{settings.port}"
