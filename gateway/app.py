@@ -68,6 +68,9 @@ def create_app(
                     loaded.engine.close()
             if owned_provider is not None:
                 owned_provider.shutdown()  # exports the spans still batched
+            # The interpreter's last collection frees what the load froze (native
+            # libraries report objects still alive at exit as leaks).
+            gc.unfreeze()
 
     return Litestar(
         route_handlers=[
