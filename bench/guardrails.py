@@ -108,7 +108,8 @@ def bench_injection(embed: Embedder) -> list[str]:
         "Goal (issue 18): pooled recall >= 0.97 at pooled FPR <= 1%, hard negatives and "
         "each language's harmless requests at FPR <= 2%. The threshold rule asks the same "
         "of the out-of-fold scores of the training split: pooled FPR <= 1%, hard "
-        "negatives and each language <= 2%, every other source <= 5%. Weights file: "
+        "negatives <= 2%, each language <= 1% (half the goal: out of fold is optimistic "
+        "for these hand-written rows), every other source <= 5%. Weights file: "
         f"{DEFAULT_WEIGHTS.stat().st_size / 1e6:.1f} MB.",
         "",
     ]

@@ -371,6 +371,9 @@ FORMER_FALSE_ALARMS = [
     "Install the WireGuard client from the company software center, then import the "
     "configuration file that the IT helpdesk sends you by encrypted email.",
     "Do not try to investigate on your own and do not delete the suspicious message.",
+    # Blocked at p 0.98 before the everyday chat turns of the `chat_benign_v5` kind (none of
+    # them this text) and the hard negatives' weight 6.
+    "Who built you?",
 ]
 SAMPLE_CORPUS = Path(__file__).resolve().parents[2] / "docs" / "sample-corpus"
 
