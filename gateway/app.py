@@ -118,8 +118,8 @@ async def _load_in_background(app: Litestar, settings: Settings) -> None:
         app.state.load_error = f"{type(exc).__name__}: {exc}"
         return
     # What loading made (models, tokenizers, spaCy, presidio: millions of objects) lives as
-    # long as the server. Frozen, the collector never walks it again: before, each full
-    # collection did, stopping every stream on the loop for about 300 ms.
+    # long as the server. Frozen, the collector never walks it again; unfrozen, each full
+    # collection walks it all and stops every stream on the loop for about 300 ms.
     gc.freeze()
     app.state.services = services
 
