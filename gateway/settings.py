@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gateway.db.connection import SqliteSynchronous
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -21,7 +23,7 @@ class Settings(BaseSettings):
     database_url: str | None = Field(
         default=None, description="SQLAlchemy URL; default: SQLite file in the data folder."
     )
-    sqlite_synchronous: Literal["normal", "full"] = Field(
+    sqlite_synchronous: SqliteSynchronous = Field(
         default="normal",
         description="SQLite only: `normal` commits without an fsync (a commit survives a "
         "crash of Bastion; an operating-system crash or power cut can lose the last few); "

@@ -30,8 +30,8 @@ GENESIS_HASH = "0" * 64
 _DOMAIN = b"bastion.audit.v1\x00"
 _UNHASHED = frozenset({"id", "record_hash"})
 _AUDIT_TABLE = cast(Table, AuditRecord.__table__)
-_INSERTED_COLUMNS = tuple(c for c in AuditRecord.__table__.columns if c.name != "id")
-_HASHED_COLUMNS = tuple(c for c in AuditRecord.__table__.columns if c.name not in _UNHASHED)
+_INSERTED_COLUMNS = tuple(c for c in _AUDIT_TABLE.columns if c.name != "id")
+_HASHED_COLUMNS = tuple(c for c in _AUDIT_TABLE.columns if c.name not in _UNHASHED)
 _LINK_COLUMNS = ("seq", "prev_hash", "created_at", "record_hash")
 _APPEND_ATTEMPTS = 100
 _PG_CONFLICT_STATES = frozenset({"40001", "40P01"})  # serialization failure, deadlock
@@ -98,18 +98,9 @@ class AuditChain:
     def _append_once(self, records: Sequence[AuditRecord]) -> list[AuditRecord]:
         with self._sessions.begin() as session:
             lock_chain(session)
-            head = chain_head(session)
-            rows = []
-            for record in records:
-                values = linked_values(record, head)
-                head = (values["seq"], values["record_hash"])
-                rows.append(values)
-            # One executemany through the Core: the ORM's unit of work cost more than the
-            # rows' own writing, on the thread that shares the GIL with the event loop.
-            session.execute(insert(_AUDIT_TABLE), rows)
-        for record, values in zip(records, rows, strict=True):
-            for name in _LINK_COLUMNS:
-                setattr(record, name, values[name])
+            rows = _insert_linked(session, records, chain_head(session))
+        # Only once committed: a retried transaction links the records afresh.
+        _note_links(records, rows)
         return list(records)
 
 
@@ -137,10 +128,8 @@ def append_in(
 ) -> AuditRecord:
     """Link `record` to the chain's head (read now, unless the caller passes the
     `(seq, hash)` it read before deleting rows) inside the caller's transaction."""
-    values = linked_values(record, chain_head(session) if head is None else head)
-    session.execute(insert(_AUDIT_TABLE), [values])
-    for name in _LINK_COLUMNS:
-        setattr(record, name, values[name])
+    rows = _insert_linked(session, [record], chain_head(session) if head is None else head)
+    _note_links([record], rows)
     return record
 
 
@@ -150,6 +139,28 @@ def chain_head(session: Session) -> tuple[int, str]:
         select(AuditRecord.seq, AuditRecord.record_hash).order_by(AuditRecord.seq.desc()).limit(1)
     ).first()
     return (last.seq, last.record_hash) if last else (0, GENESIS_HASH)
+
+
+def _insert_linked(
+    session: Session, records: Sequence[AuditRecord], head: tuple[int, str]
+) -> list[dict[str, Any]]:
+    """Insert `records` as the rows that follow `head`, in order; returns their values.
+    One executemany through the Core: the ORM's unit of work cost more than the rows' own
+    writing, on the thread that shares the GIL with the event loop."""
+    rows = []
+    for record in records:
+        values = linked_values(record, head)
+        head = (values["seq"], values["record_hash"])
+        rows.append(values)
+    session.execute(insert(_AUDIT_TABLE), rows)
+    return rows
+
+
+def _note_links(records: Sequence[AuditRecord], rows: list[dict[str, Any]]) -> None:
+    """The link columns the database now holds, on the records the caller gets back."""
+    for record, values in zip(records, rows, strict=True):
+        for name in _LINK_COLUMNS:
+            setattr(record, name, values[name])
 
 
 def linked_values(record: AuditRecord, head: tuple[int, str]) -> dict[str, Any]:
