@@ -47,7 +47,7 @@ from engine import (
     default_model_source,
     resolve_engine_config,
 )
-from engine.grammar import Grammars, apply_masks, fill_masks
+from engine.grammar import GrammarRows, Grammars, apply_masks, fill_masks
 from engine.model_source import load_pretrained
 from engine.tokenization import encode_chat
 
@@ -231,7 +231,7 @@ def replay_masks(engine: PagedEngine, jobs: list[Workload], answers: list[list[i
     accept: list[float] = []
     for step in range(max(len(a) for a in answers)):
         live = [i for i, answer in enumerate(answers) if step < len(answer)]
-        constrained = [(row, states[i]) for row, i in enumerate(live)]
+        constrained = [GrammarRows(row, states[i]) for row, i in enumerate(live)]
         rows = list(range(len(live)))
         started = time.perf_counter()
         masks = fill_masks(len(live), constrained)

@@ -123,9 +123,7 @@ class EngineCore:
             generator = torch.Generator(device="cpu")
             generator.manual_seed(params.seed if params.seed is not None else time.time_ns())
         drafter = None
-        if self.config.speculative_tokens and params.speculative and grammar is None:
-            # A constrained answer does not draft: its grammar would have to mask each draft
-            # position in turn, and its masks are filled while the model runs.
+        if self.config.speculative_tokens and params.speculative:
             drafter = SuffixDrafter(self.config.speculative_tokens)
         seq = Sequence(
             seq_id,

@@ -4,7 +4,9 @@ xgrammar was picked over llguidance by measuring both on SmolLM2's 49k-token voc
 (bench/grammar_backends.py, figures in docs/benchmarks.md). The compiled grammars live in
 a bounded LRU keyed by `Constraint.key`; each sequence gets its own matcher, which
 accepts every sampled token and so survives preemption (recompute rebuilds the KV cache,
-not the output, so the matcher's state stays right).
+not the output, so the matcher's state stays right). A speculative draft is walked through
+the matcher and rolled back: once to cut it at the first token the grammar forbids, once to
+fill the mask of each position it is verified at.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -49,8 +52,34 @@ class GrammarState:
         """The grammar is complete and its stop token was accepted."""
         return bool(self._matcher.is_terminated())
 
-    def fill_mask(self, bitmask: torch.Tensor, row: int) -> None:
-        self._matcher.fill_next_token_bitmask(bitmask, row)
+    def allowed_prefix(self, draft: Sequence[int]) -> list[int]:
+        """The start of `draft` that the grammar accepts from here, up to the first token it
+        forbids: verification masks that token, so it could never be accepted."""
+        matcher = self._matcher
+        allowed = 0
+        for token in draft:
+            if matcher.is_terminated() or not matcher.accept_token(token):
+                break
+            allowed += 1
+        if allowed:
+            matcher.rollback(allowed)
+        return list(draft[:allowed])
+
+    def fill_masks(self, bitmask: torch.Tensor, row: int, draft: Sequence[int] = ()) -> None:
+        """Fill `row` with the tokens allowed next, and each of the `len(draft)` rows after
+        it with those allowed after the draft up to that position (`allowed_prefix`'s
+        tokens only)."""
+        matcher = self._matcher
+        matcher.fill_next_token_bitmask(bitmask, row)
+        walked = 0
+        for token in draft:
+            matcher.accept_token(token)
+            walked += 1
+            if matcher.is_terminated():
+                break  # a stop token: xgrammar has no mask after it, the answer ends there
+            matcher.fill_next_token_bitmask(bitmask, row + walked)
+        if walked:
+            matcher.rollback(walked)
 
 
 class Grammars:
@@ -129,7 +158,21 @@ class Grammars:
             raise ConstraintError(f"the {constraint.kind} constraint is invalid: {exc}") from exc
 
 
-def fill_masks(num_rows: int, constrained: Sequence[tuple[int, GrammarState]]) -> torch.Tensor:
+@dataclass(frozen=True, slots=True)
+class GrammarRows:
+    """A constrained sequence's logit rows in a step: `row` for its next token and, when it
+    verifies a draft, one row after each draft token (engine/speculative.py)."""
+
+    row: int
+    state: GrammarState
+    draft: tuple[int, ...] = ()
+
+    @property
+    def rows(self) -> range:
+        return range(self.row, self.row + len(self.draft) + 1)
+
+
+def fill_masks(num_rows: int, constrained: Sequence[GrammarRows]) -> torch.Tensor:
     """The additive token masks of a step's logit rows, `[num_rows, vocab]` float32: 0
     where a row's grammar allows the token, -inf where it does not (0 in the rows of
     unconstrained sequences).
@@ -140,8 +183,8 @@ def fill_masks(num_rows: int, constrained: Sequence[tuple[int, GrammarState]]) -
     """
     vocab = _vocab_of(constrained)
     bitmask = xgr.allocate_token_bitmask(num_rows, vocab)
-    for row, state in constrained:
-        state.fill_mask(bitmask, row)
+    for rows in constrained:
+        rows.state.fill_masks(bitmask, rows.row, rows.draft)
     # Bit j of int32 word i is token 32 * i + j; little-endian bytes keep that order.
     bits = np.unpackbits(bitmask.numpy().view(np.uint8), axis=-1, bitorder="little")
     masks = bits[:, :vocab].astype(np.uint32)
@@ -167,5 +210,5 @@ def apply_masks(logits: torch.Tensor, masks: torch.Tensor, rows: Sequence[int]) 
         np.add(values[row], additions[row], out=values[row])
 
 
-def _vocab_of(constrained: Sequence[tuple[int, GrammarState]]) -> int:
-    return constrained[0][1].vocab_size if constrained else 32
+def _vocab_of(constrained: Sequence[GrammarRows]) -> int:
+    return constrained[0].state.vocab_size if constrained else 32

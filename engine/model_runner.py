@@ -14,7 +14,7 @@ import torch
 
 from engine.attention import AttentionContext, PrefillChunk
 from engine.config import EngineConfig
-from engine.grammar import GrammarState, apply_masks, fill_masks
+from engine.grammar import GrammarRows, apply_masks, fill_masks
 from engine.kv_pool import KVPool
 from engine.llama import PagedLlama
 from engine.native_decode import NativeDecoder, native_decoder
@@ -50,10 +50,11 @@ class _MaskStep:
     """The grammar masks of a step's constrained logit rows, being filled meanwhile."""
 
     bitmask: Future[torch.Tensor]
-    constrained: list[tuple[int, GrammarState]]
+    constrained: list[GrammarRows]
 
     def apply(self, logits: torch.Tensor) -> None:
-        apply_masks(logits, self.bitmask.result(), [row for row, _ in self.constrained])
+        rows = [row for rows in self.constrained for row in rows.rows]
+        apply_masks(logits, self.bitmask.result(), rows)
 
 
 @dataclass
@@ -117,14 +118,10 @@ class ModelRunner:
         """Forward the batch; the sampled tokens of each entry that reached its last token:
         one, or for an entry with a draft the accepted draft tokens and one more."""
         step = self.prepare(batch)
-        constrained = [
-            (row, grammar)
-            for row, index in enumerate(step.samplers)
-            if (grammar := batch.entries[index][0].grammar) is not None
-        ]
+        constrained = _grammar_rows(batch, step)
         masks = None
         if constrained:
-            bitmask = self._masks.submit(fill_masks, len(step.samplers), constrained)
+            bitmask = self._masks.submit(fill_masks, len(step.logit_rows), constrained)
             masks = _MaskStep(bitmask, constrained)
         self._set_threads(len(step.input_ids), decodes=step.ctx.num_decodes > 0)
         logits = self.run_model(step.input_ids, step.positions, step.ctx, step.logit_rows)
@@ -208,6 +205,8 @@ class ModelRunner:
     ) -> list[list[tuple[int, TokenLogprob | None]] | None]:
         results: list[list[tuple[int, TokenLogprob | None]] | None] = [None] * len(batch.entries)
         logits = logits.cpu()
+        if masks is not None:
+            masks.apply(logits)
         samplers = step.samplers
         if samplers:
             seqs = [batch.entries[i][0] for i in samplers]
@@ -216,7 +215,6 @@ class ModelRunner:
                 [s.params for s in seqs],
                 [s.output_ids for s in seqs],
                 [s.generator for s in seqs],
-                masks.apply if masks is not None else None,
             )
             for index, result in zip(samplers, sampled, strict=True):
                 results[index] = [result]
@@ -286,3 +284,21 @@ class ModelRunner:
         return AttentionContext(
             ctx.slot_mapping, len(tables), slots.contiguous(), mask, ctx.prefills
         )
+
+
+def _grammar_rows(batch: ScheduledBatch, step: StepInputs) -> list[GrammarRows]:
+    """The logit rows of the step's constrained entries: a sampler's one row, a verifier's
+    row for each draft token and the one after (each masked for the grammar's state after
+    the draft tokens before it)."""
+    constrained = [
+        GrammarRows(row, grammar)
+        for row, index in enumerate(step.samplers)
+        if (grammar := batch.entries[index][0].grammar) is not None
+    ]
+    row = len(step.samplers)
+    for index in step.verifiers:
+        seq, n = batch.entries[index]
+        if seq.grammar is not None:
+            constrained.append(GrammarRows(row, seq.grammar, tuple(seq.draft)))
+        row += n
+    return constrained

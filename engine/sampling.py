@@ -1,9 +1,9 @@
-"""Turning next-token logits into a token id: penalties, logit bias, grammar masks, then
-greedy, temperature, top-k and top-p."""
+"""Turning next-token logits into a token id: penalties and logit bias, then greedy,
+temperature, top-k and top-p (the runner has masked the grammars' forbidden tokens)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -93,20 +93,17 @@ def sample_batch(
     params: Sequence[SamplingParams],
     outputs: Sequence[Sequence[int]],
     generators: Sequence[torch.Generator | None],
-    masked: Callable[[torch.Tensor], None] | None = None,
 ) -> list[tuple[int, TokenLogprob | None]]:
     """One token per row of `logits` ([rows, vocab]); greedy rows share one argmax.
 
-    `masked` applies the grammars' token masks after penalties and bias, so that no
-    bias can bring back a token the grammar forbids; logprobs are those of the masked
-    distribution, the one the token was drawn from.
+    A grammar's mask, already added, holds -inf where a token is forbidden: no finite
+    penalty or bias brings it back, and logprobs are those of the masked distribution,
+    the one the token was drawn from.
     """
     for row, (p, out) in enumerate(zip(params, outputs, strict=True)):
         if p.has_penalties:
             apply_penalties(logits[row], out, p)
         apply_logit_bias(logits[row], p)
-    if masked is not None:
-        masked(logits)
     greedy = logits.argmax(dim=-1).tolist()
     results: list[tuple[int, TokenLogprob | None]] = []
     for row, p in enumerate(params):

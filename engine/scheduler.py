@@ -123,11 +123,13 @@ class Scheduler:
         return batch
 
     def _draft(self, seq: Sequence, budget: int, spare_blocks: int) -> None:
-        """Set `seq.draft`: a draft of at most `budget` tokens that fits the
-        answer's remaining length and the KV blocks it can take without preempting."""
+        """Set `seq.draft`: a draft of at most `budget` tokens that fits the answer's
+        remaining length, its grammar, and the KV blocks it can take without preempting."""
         assert seq.drafter is not None
         remaining = seq.params.max_tokens - seq.num_output_tokens - 1
         draft = seq.drafter.propose(seq.token_ids, min(budget, remaining))
+        if draft and seq.grammar is not None:
+            draft = seq.grammar.allowed_prefix(draft)
         if draft:
             held = self.blocks.reserve(seq, seq.num_tokens + len(draft), spare_blocks)
             draft = draft[: held - seq.num_tokens]

@@ -2,20 +2,30 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import jsonschema
 import pytest
 import torch
 from scipy.stats import chi2_contingency
 from transformers import LlamaForCausalLM
 
-from engine import ChatMessage, EngineConfig, GenerationRequest, PagedEngine, SamplingParams
+from engine import (
+    ChatMessage,
+    Constraint,
+    EngineConfig,
+    GenerationRequest,
+    PagedEngine,
+    SamplingParams,
+)
 from engine.core import EngineCore
 from engine.sampling import probabilities
 from engine.spec_drafts import LONG_DRAFT, SHORT_DRAFT, SuffixAutomaton, SuffixDrafter
 from engine.speculative import accept_draft
+from engine.tokenization import encode_chat
 from tests.engine.conftest import (
     assert_no_block_held,
     collect_deltas,
@@ -32,10 +42,17 @@ class OracleDrafter:
     """Drafts the known answer, spoiling one token of every third draft, so that steps
     accept whole drafts, parts of drafts and nothing."""
 
-    def __init__(self, num_prompt_tokens: int, answer: Sequence[int], width: int = 5) -> None:
+    def __init__(
+        self,
+        num_prompt_tokens: int,
+        answer: Sequence[int],
+        width: int = 5,
+        spoil: Callable[[int], int] = lambda token: (token + 1) % 16,
+    ) -> None:
         self.num_prompt_tokens = num_prompt_tokens
         self.answer = list(answer)
         self.width = width
+        self.spoil = spoil
         self.proposals = 0
         self.accepted = 0
         self.limits: list[int] = []  # the longest draft the scheduler asked for, each step
@@ -46,7 +63,7 @@ class OracleDrafter:
         draft = self.answer[done : done + min(self.width, limit)]
         self.proposals += 1
         if self.proposals % 3 == 0 and len(draft) > 1:
-            draft[len(draft) // 2] = (draft[len(draft) // 2] + 1) % 16
+            draft[len(draft) // 2] = self.spoil(draft[len(draft) // 2])
         return draft
 
     def record(self, drafted: int, accepted: int) -> None:
@@ -296,15 +313,18 @@ def test_penalties_and_logprobs_match_decoding_one_token_at_a_time(
         assert [t for t, _ in a.logprob.top] == [t for t, _ in b.logprob.top]
 
 
-def test_constrained_requests_do_not_draft(tiny_model: LlamaForCausalLM) -> None:
+def test_speculation_is_on_where_the_config_and_the_request_allow_it(
+    tiny_model: LlamaForCausalLM,
+) -> None:
     core = make_core(tiny_model, speculative_tokens=8)
     free = core.add_request("free", random_prompt(10, 1), GREEDY)
     assert free.drafter is not None
     off = core.add_request("off", random_prompt(10, 2), SamplingParams(speculative=False))
     assert off.drafter is None
-    # A grammar (any object: it is only stored here) turns drafting off too.
+    # A constrained answer drafts too (tests/engine/test_constrained_speculation.py); the
+    # grammar, any object here, is only stored.
     constrained = core.add_request("json", random_prompt(10, 3), GREEDY, grammar=object())  # type: ignore[arg-type]
-    assert constrained.drafter is None
+    assert constrained.drafter is not None
     assert make_core(tiny_model).add_request("x", [1, 2], GREEDY).drafter is None
 
 
@@ -409,3 +429,43 @@ def test_smollm2_rag_answer_is_unchanged_and_mostly_drafted(int8_engine: PagedEn
     assert texts[0] == texts[1] and word not in texts[0]
     tokens = [[lp.token for d in deltas for lp in d.logprobs] for deltas in stopped]
     assert tokens[0] == tokens[1]
+
+
+QUOTE = {
+    "type": "object",
+    "properties": {"quote": {"type": "string", "maxLength": 400}},
+    "required": ["quote"],
+    "additionalProperties": False,
+}
+
+
+def test_smollm2_schema_answer_quoting_its_prompt_is_drafted_and_unchanged(
+    int8_engine: PagedEngine, smollm2: tuple[Any, Any]
+) -> None:
+    """Drafts of a constrained answer: cut where the schema forbids a token, masked at each
+    position, and taken from the prompt as a free answer's are."""
+    tokenizer = smollm2[1]
+    prompt = encode_chat(tokenizer, RAG)
+    constraint = Constraint("json_schema", json.dumps(QUOTE))
+
+    def answer(speculative: bool) -> list[int]:
+        params = SamplingParams(max_tokens=96, constraint=constraint, speculative=speculative)
+        # Salted apart: each run computes the whole prompt, as the other did.
+        (outs,) = int8_engine.generate([prompt], params, cache_salts=[str(speculative)])
+        assert outs[-1].finish_reason == "stop"
+        return [o.token_id for o in outs if o.token_id is not None]
+
+    def accepted() -> int:
+        # Read on the engine thread: the snapshot may lag an earlier test's last request.
+        return int(int8_engine.call(lambda core: core.metrics().accepted_draft_tokens))
+
+    drafted = accepted()
+    plain = answer(False)
+    assert accepted() == drafted
+    fast = answer(True)
+    assert fast == plain
+    text = tokenizer.decode(plain, clean_up_tokenization_spaces=False)
+    jsonschema.validate(json.loads(text), QUOTE)
+    assert "WireGuard" in json.loads(text)["quote"]
+    # Most of the answer came from drafts of the prompt.
+    assert accepted() - drafted > len(plain) // 2
