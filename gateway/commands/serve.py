@@ -29,6 +29,7 @@ def run(settings: Settings, _: argparse.Namespace) -> int:
     import uvicorn
 
     from gateway.app import create_app
+    from gateway.http.access_log import log_each_request
     from gateway.http.draining_server import DrainingServer
     from gateway.keys.bootstrap import ensure_default_key
     from gateway.log_config import configure_logging
@@ -44,7 +45,14 @@ def run(settings: Settings, _: argparse.Namespace) -> int:
     app = create_app(settings)
     # Litestar's default logging config takes the root logger's handlers: one format again.
     configure_logging(settings.log_json)
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None)
+    # Our access log, written as each response ends, stands in for uvicorn's.
+    config = uvicorn.Config(
+        log_each_request(app),
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        access_log=False,
+    )
     server = DrainingServer(config, app.state.drain, settings.drain_seconds)
     with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl+C, re-raised by uvicorn
         server.run()

@@ -40,6 +40,13 @@ def make_session_factory(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
 
 
+def database_is_local(sessions: sessionmaker[Session]) -> bool:
+    """Whether the database is a file on this machine (SQLite): a short read of it waits
+    on no network, so it may run on the event loop."""
+    bind: Engine = sessions.kw["bind"]
+    return bind.dialect.name == "sqlite"
+
+
 def database_reachable(sessions: sessionmaker[Session]) -> bool:
     """Whether a trivial query succeeds now: readiness depends on it."""
     try:

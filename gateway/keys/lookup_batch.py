@@ -6,6 +6,10 @@ or three, and every key is known within about 15 ms. Nothing is cached:
 while a query runs, lookups that arrive wait for the next one, so every answer was read
 after its request arrived, and a key revoked on any replica is refused as soon as the
 revocation has committed, exactly as with one query per request.
+
+On SQLite the query runs on the event loop: reading one indexed row of a local file takes
+about 0.2 ms, less than the trip to a thread and back, which a burst of requests pays in
+turn (about 1.3 ms a round on 2 cores). A database across the network is queried on a thread.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import asyncio
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from gateway.http.off_loop import run_stage
 from gateway.keys.store import KeyIdentity, authenticate_many
 
 
@@ -21,9 +26,12 @@ class KeyLookups:
     """Authenticates presented keys in rounds, on one event loop: each round is one query
     (on a thread) for every key that asked since the last round began."""
 
-    def __init__(self, sessions: sessionmaker[Session], loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, sessions: sessionmaker[Session], loop: asyncio.AbstractEventLoop, *, off_loop: bool
+    ) -> None:
         self.sessions = sessions
         self.loop = loop
+        self.off_loop = off_loop
         self._waiting: dict[str, list[asyncio.Future[KeyIdentity | None]]] = {}
         self._rounds: asyncio.Task[None] | None = None
 
@@ -41,7 +49,9 @@ class KeyLookups:
             while self._waiting:
                 batch, self._waiting = self._waiting, {}
                 try:
-                    found = await asyncio.to_thread(authenticate_many, self.sessions, list(batch))
+                    found = await run_stage(
+                        self.off_loop, authenticate_many, self.sessions, list(batch)
+                    )
                 except BaseException as exc:
                     _fail(batch, exc)
                     if not isinstance(exc, Exception):

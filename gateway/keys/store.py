@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal, get_args
 
-from sqlalchemy import select
+from sqlalchemy import Engine, bindparam, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from gateway.db.models import ApiKey, utc_now
@@ -97,6 +97,21 @@ def authenticate(sessions: sessionmaker[Session], secret: str) -> KeyIdentity | 
     return authenticate_many(sessions, [secret])[secret]
 
 
+# What authentication reads of the presented keys, as plain rows, from one statement
+# built once: a lookup runs on every request, and building the query and loading ORM
+# objects each time cost three times what the query itself does.
+_LIVE_KEYS = select(
+    ApiKey.key_hash,
+    ApiKey.revoked_at,
+    ApiKey.expires_at,
+    ApiKey.id,
+    ApiKey.tenant,
+    ApiKey.role,
+    ApiKey.requests_per_minute,
+    ApiKey.tokens_per_minute,
+).where(ApiKey.key_hash.in_(bindparam("hashes", expanding=True)))
+
+
 def authenticate_many(
     sessions: sessionmaker[Session], secrets: Collection[str]
 ) -> dict[str, KeyIdentity | None]:
@@ -104,14 +119,18 @@ def authenticate_many(
     or None."""
     by_hash = {hash_key(secret): secret for secret in secrets}
     found: dict[str, KeyIdentity | None] = dict.fromkeys(secrets)
-    with sessions() as session:
-        now = utc_now()
-        for row in session.scalars(select(ApiKey).where(ApiKey.key_hash.in_(by_hash))):
+    now = utc_now()
+    bind: Engine = sessions.kw["bind"]
+    with bind.connect() as connection:
+        rows = connection.execute(_LIVE_KEYS, {"hashes": list(by_hash)})
+        for row in rows:
             if row.revoked_at is not None:
                 continue
             if row.expires_at is not None and _aware(row.expires_at) <= now:
                 continue
-            found[by_hash[row.key_hash]] = _identity(row)
+            found[by_hash[row.key_hash]] = KeyIdentity(
+                row.id, row.tenant, row.role, row.requests_per_minute, row.tokens_per_minute
+            )
     return found
 
 

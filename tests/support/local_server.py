@@ -77,9 +77,10 @@ def serve_in_thread(
     import uvicorn  # here, not above: the process helpers must not load the whole app
 
     from gateway.app import create_app
+    from gateway.http.access_log import log_each_request
 
     config = uvicorn.Config(
-        create_app(settings, services, tracer_provider),
+        log_each_request(create_app(settings, services, tracer_provider)),
         host="127.0.0.1",
         port=settings.port,
         log_level="warning",

@@ -38,8 +38,9 @@ def key_queries(sessions: sessionmaker[Session]) -> list[str]:
     return seen
 
 
+@pytest.mark.parametrize("off_loop", [True, False], ids=["on-a-thread", "on-the-loop"])
 def test_lookups_that_arrive_together_share_a_query_and_each_gets_its_own_answer(
-    sessions: sessionmaker[Session],
+    sessions: sessionmaker[Session], off_loop: bool
 ) -> None:
     alive, identity = create_key(sessions, "acme", "user")
     other, other_identity = create_key(sessions, "globex", "admin")
@@ -48,14 +49,25 @@ def test_lookups_that_arrive_together_share_a_query_and_each_gets_its_own_answer
     queries = key_queries(sessions)
     secrets = [alive, other, revoked, "bst_unknown", alive] * 6
 
+    engine: Engine = sessions.kw["bind"]
+    query_threads: set[int] = set()
+    event.listen(
+        engine, "before_cursor_execute", lambda *_: query_threads.add(threading.get_ident())
+    )
+
     async def look_up_all() -> list[Any]:
-        lookups = KeyLookups(sessions, asyncio.get_running_loop())
+        lookups = KeyLookups(sessions, asyncio.get_running_loop(), off_loop=off_loop)
         return await asyncio.gather(*(lookups.authenticate(s) for s in secrets))
 
     found = asyncio.run(look_up_all())
 
     assert found == [identity, other_identity, None, None, identity] * 6
-    assert 1 <= len(queries) <= 2  # 30 lookups: one round, or two if the first began early
+    if off_loop:
+        assert 1 <= len(queries) <= 2  # 30 lookups: one round, or two if the first began early
+        assert threading.get_ident() not in query_threads
+    else:  # nothing awaits during a round, so every lookup is in the first
+        assert len(queries) == 1
+        assert query_threads == {threading.get_ident()}
 
 
 def test_a_lookup_that_arrives_while_a_query_runs_waits_for_the_next_one(
@@ -75,7 +87,7 @@ def test_a_lookup_that_arrives_while_a_query_runs_waits_for_the_next_one(
     event.listen(engine, "after_cursor_execute", hold_first)
 
     async def scenario() -> tuple[Any, Any]:
-        lookups = KeyLookups(sessions, asyncio.get_running_loop())
+        lookups = KeyLookups(sessions, asyncio.get_running_loop(), off_loop=True)
         early = asyncio.ensure_future(lookups.authenticate(secret))
         assert await asyncio.to_thread(in_query.wait, 10)  # its round has read the key
         await asyncio.to_thread(revoke_key, sessions, identity.key_id)
@@ -98,7 +110,7 @@ def test_a_failing_query_fails_every_lookup_of_its_round_and_the_next_round_runs
     sessions = make_session_factory(make_db_engine(f"sqlite:///{tmp_path / 'empty.db'}"))
 
     async def look_up() -> list[Any]:
-        lookups = KeyLookups(sessions, asyncio.get_running_loop())
+        lookups = KeyLookups(sessions, asyncio.get_running_loop(), off_loop=False)
         first = await asyncio.gather(
             *(lookups.authenticate(f"bst_{n}") for n in range(3)), return_exceptions=True
         )
