@@ -202,9 +202,12 @@ class EngineCore:
     def _take(self, seq: Sequence, token: int) -> FinishReason | None:
         """Append a sampled token to `seq` unless it stops it; why `seq` ends, if it does."""
         finish = self._finish_reason(seq, token)
-        if finish is None and seq.grammar is not None and not seq.grammar.accept(token):
-            # Only a mask that allowed nothing gets here; end the answer where it is valid.
-            finish = "stop"
+        grammar = seq.grammar
+        # A refused token comes only from a mask that allowed nothing; an accepted stop token
+        # (one ignore_eos let through) leaves a grammar that takes no more text and has no
+        # mask for a next step. Either way the answer is complete as it stands.
+        if finish is None and grammar is not None:
+            finish = None if grammar.accept(token) and not grammar.is_terminated else "stop"
         if finish != "stop":
             seq.token_ids.append(token)
             if finish is None and seq.num_output_tokens >= seq.params.max_tokens:

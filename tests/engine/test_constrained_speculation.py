@@ -1,6 +1,7 @@
 """Speculative decoding under a grammar: drafts are cut where the grammar forbids a token,
 each verified position is masked for the grammar's state after the draft before it, and
-the answer is token for token the one decoding without drafts gives."""
+the answer is token for token the one decoding without drafts gives. Also, with drafts and
+without, a grammar's end under ignore_eos."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import xgrammar as xgr
 from transformers import LlamaForCausalLM
 
 from engine import SamplingParams
-from engine.core import EngineCore
+from engine.core import EngineCore, StepOutput
 from engine.grammar import GrammarRows, GrammarState, fill_masks
 from tests.engine.conftest import VOCAB, assert_no_block_held, make_core, random_prompt, run_core
 from tests.engine.test_speculative import OracleDrafter
@@ -185,3 +186,50 @@ def test_drafts_the_grammar_forbids_never_reach_the_model(
     (answer,), _ = _run(core, compiled, [prompt], [wrong])
     assert answer == expected
     assert core.metrics().draft_tokens == 0
+
+
+# -- a grammar's end under ignore_eos -------------------------------------------------------
+
+PROMPT, FREE_PROMPT = random_prompt(10, seed=31), random_prompt(13, seed=32)
+
+
+def _outputs(core: EngineCore) -> dict[str, list[StepOutput]]:
+    """Every output of each sequence, stepping until idle."""
+    outputs: dict[str, list[StepOutput]] = {}
+    while core.has_work:
+        for out in core.step():
+            outputs.setdefault(out.seq_id, []).append(out)
+    assert_no_block_held(core)
+    return outputs
+
+
+@pytest.mark.parametrize("speculative", [False, True], ids=["decode", "speculative"])
+def test_a_grammar_that_ends_finishes_its_answer_despite_ignore_eos(
+    tiny_model: LlamaForCausalLM, compiled: xgr.CompiledGrammar, speculative: bool
+) -> None:
+    """ignore_eos keeps a free answer going past the stop token; a grammar that accepted
+    it allows no more text, so the constrained answer ends there, as it does without
+    ignore_eos, and the free answer batched with it runs on unchanged."""
+    (alone,), _ = _run(make_core(tiny_model), compiled, [PROMPT])
+    free_core = make_core(tiny_model)
+    free_core.add_request("free", FREE_PROMPT, FREE)
+    free_alone = run_core(free_core)["free"]
+
+    core = make_core(tiny_model, speculative_tokens=8 if speculative else 0)
+    core.stop_token_ids = frozenset({STOP})  # the model's EOS is the grammar's stop token
+    params = SamplingParams(max_tokens=64, ignore_eos=True)
+    seq = core.add_request("constrained", PROMPT, params, grammar=_state(compiled))
+    if speculative:  # drafts that run into the stop token, to verify rows after it
+        seq.drafter = OracleDrafter(len(PROMPT), [*alone, STOP, *alone], spoil=_other_letter)
+    core.add_request("free", FREE_PROMPT, FREE)
+    outputs = _outputs(core)
+
+    constrained, free = outputs["constrained"], outputs["free"]
+    answer = [o.token_id for o in constrained if o.token_id is not None]
+    assert answer == alone
+    assert re.fullmatch(PATTERN, _text(answer))
+    assert constrained[-1].finish_reason == "stop"
+    assert [o.token_id for o in free] == free_alone
+    assert free[-1].finish_reason == "length"
+    if speculative:
+        assert core.metrics().accepted_draft_tokens > 0
