@@ -61,6 +61,11 @@ class KeyLookups:
                     for answer in answers:
                         if not answer.done():  # its request may have been cancelled
                             answer.set_result(found[secret])
+                            # One request a loop iteration: woken together, the round's
+                            # requests would each run on to the upstream in a single
+                            # iteration, and the loop would see none of the connections
+                            # they open (or bodies still arriving) until the last was done.
+                            await asyncio.sleep(0)
         finally:
             self._rounds = None
             if self._waiting:  # cancelled between rounds (the loop closing)

@@ -121,3 +121,38 @@ def test_a_failing_query_fails_every_lookup_of_its_round_and_the_next_round_runs
 
     assert len(outcomes) == 4
     assert all(isinstance(outcome, OperationalError) for outcome in outcomes)
+
+
+def test_the_requests_of_a_round_wake_one_loop_iteration_apart(
+    sessions: sessionmaker[Session],
+) -> None:
+    """Woken in one iteration, a round's requests would each run on to the upstream before
+    the loop looked at any socket again; one an iteration, the connections the first ones
+    open are seen while the rest are still being prepared."""
+    secret, identity = create_key(sessions, "acme", "user")
+
+    async def scenario() -> tuple[list[int], list[Any]]:
+        lookups = KeyLookups(sessions, asyncio.get_running_loop(), off_loop=False)
+        iteration = 0
+        woken_at: list[int] = []
+
+        async def count_iterations() -> None:
+            nonlocal iteration
+            while True:
+                await asyncio.sleep(0)
+                iteration += 1
+
+        async def look_up() -> Any:
+            found = await lookups.authenticate(secret)
+            woken_at.append(iteration)
+            return found
+
+        ticker = asyncio.create_task(count_iterations())
+        found = await asyncio.gather(*(look_up() for _ in range(5)))
+        ticker.cancel()
+        return woken_at, found
+
+    woken_at, found = asyncio.run(scenario())
+
+    assert found == [identity] * 5
+    assert woken_at == sorted(set(woken_at))  # no two in the same iteration
