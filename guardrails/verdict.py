@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 Action = Literal["allow", "redact", "block", "flag"]
@@ -26,9 +26,16 @@ class Verdict:
         return self.action == "block" and self.mode == "enforce"
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["evidence"] = list(self.evidence)
-        return data
+        # Field by field rather than `asdict`, whose recursive deep copy cost the audit
+        # writer about 40% of building a record's row, on the thread that shares the GIL
+        # with the event loop.
+        return {
+            "check": self.check,
+            "action": self.action,
+            "score": self.score,
+            "evidence": list(self.evidence),
+            "mode": self.mode,
+        }
 
 
 def failed_check(check: str, mode: CheckMode, fail_closed: bool, exc: Exception) -> Verdict:
