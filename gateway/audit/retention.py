@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from gateway.audit.chain import PURGE_EVENT, Checkpoint, append_in, lock_chain, verify_chain
 from gateway.audit.entries import CLI_ENDPOINT, admin_action_entry
 from gateway.audit.subject_keys import ErasedKey, SubjectKeys
+from gateway.db.connection import is_sqlite
 from gateway.db.models import AuditRecord, utc_now
 
 log = structlog.get_logger(__name__)
@@ -134,9 +135,8 @@ def erase_subject(
 ) -> ErasureResult:
     """Destroy the subject's keys (in `tenant`, or in every tenant when None) and append
     one `audit.erasure` record per tenant concerned, in one transaction."""
-    sqlite = sessions.kw["bind"].dialect.name == "sqlite"
     with sessions.begin() as session:
-        if sqlite:
+        if is_sqlite(sessions):
             # Zero the freed bytes instead of leaving the key in the file's free space.
             session.execute(text("PRAGMA secure_delete = ON"))
         lock_chain(session)

@@ -40,9 +40,8 @@ def make_session_factory(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
 
 
-def database_is_local(sessions: sessionmaker[Session]) -> bool:
-    """Whether the database is a file on this machine (SQLite): a short read of it waits
-    on no network, so it may run on the event loop."""
+def is_sqlite(sessions: sessionmaker[Session]) -> bool:
+    """Whether the sessions' database is SQLite: a file on this machine."""
     bind: Engine = sessions.kw["bind"]
     return bind.dialect.name == "sqlite"
 

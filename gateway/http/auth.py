@@ -17,7 +17,7 @@ from litestar.handlers import BaseRouteHandler
 from litestar.types import Guard
 
 from gateway.audit.entries import refusal_entry
-from gateway.db.connection import database_is_local
+from gateway.db.connection import is_sqlite
 from gateway.http.errors import ApiError, unauthorized
 from gateway.http.request_context import bearer_token
 from gateway.keys.lookup_batch import KeyLookups
@@ -95,7 +95,8 @@ def _key_lookups(connection: ASGIConnection[Any, Any, Any, Any], services: Servi
     state, loop = connection.app.state, asyncio.get_running_loop()
     lookups: KeyLookups | None = state.get(_LOOKUPS_KEY)
     if lookups is None or lookups.sessions is not services.sessions or lookups.loop is not loop:
-        off_loop = not database_is_local(services.sessions)
+        # A read of a local SQLite file waits on no network: it runs on the event loop.
+        off_loop = not is_sqlite(services.sessions)
         lookups = KeyLookups(services.sessions, loop, off_loop=off_loop)
         state[_LOOKUPS_KEY] = lookups
     return lookups
