@@ -37,11 +37,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from doc_section import write_section  # noqa: E402  (bench/ is on the path)
 
-from gateway.audit.chain import verify_chain  # noqa: E402
+from gateway.audit.chain import AppendedRecord, verify_chain  # noqa: E402
 from gateway.audit.log import AuditEntry, AuditLog  # noqa: E402
 from gateway.db.connection import make_db_engine, make_session_factory  # noqa: E402
 from gateway.db.migrations import upgrade_database  # noqa: E402
-from gateway.db.models import AuditRecord  # noqa: E402
 from guardrails.verdict import Verdict  # noqa: E402
 from tests.support.local_server import free_port, serve_in_thread  # noqa: E402
 from tests.support.temporary_schema import temporary_schema  # noqa: E402
@@ -260,14 +259,14 @@ class TimedAuditLog(AuditLog):
         super().__init__(sessions)
         self.samples: list[float] = []
 
-    def record(self, entry: AuditEntry) -> AuditRecord:
+    def record(self, entry: AuditEntry) -> AppendedRecord:
         began = time.perf_counter()
         try:
             return super().record(entry)
         finally:
             self.samples.append(time.perf_counter() - began)
 
-    async def record_async(self, entry: AuditEntry) -> AuditRecord:
+    async def record_async(self, entry: AuditEntry) -> AppendedRecord:
         began = time.perf_counter()
         try:
             return await super().record_async(entry)

@@ -11,10 +11,10 @@ from typing import Any
 import structlog
 from sqlalchemy.orm import Session, sessionmaker
 
-from gateway.audit.chain import AuditChain, AuditWriteError
+from gateway.audit.chain import AppendedRecord, AuditChain, AuditWriteError
 from gateway.audit.group_commit import GroupCommit
 from gateway.audit.subject_keys import SubjectKeys
-from gateway.db.models import AuditRecord
+from gateway.db.models import utc_now
 from guardrails.verdict import Verdict
 
 log = structlog.get_logger(__name__)
@@ -63,38 +63,37 @@ class AuditEntry:
         """Whether the row keeps text, which must then be sealed."""
         return self.store_content and (self.prompt_text, self.answer_text) != (None, None)
 
-    def to_row(self, seal: Callable[[str], str] | None = None) -> AuditRecord:
+    def to_row(self, seal: Callable[[str], str] | None = None) -> dict[str, Any]:
         """The row to append: text only when the policy allows it (sealed by `seal` when
         given), hashes of the plain text always."""
         keep = self.store_content
-        values: dict[str, Any] = {
-            name: getattr(self, name)
-            for name in self.__dataclass_fields__
-            if name
-            not in (
-                "verdicts",
-                "store_content",
-                "prompt_text",
-                "answer_text",
-                "upstream",
-                "details",
-            )
+        return {
+            "event": self.event,
+            "request_id": self.request_id,
+            "created_at": utc_now(),
+            "endpoint": self.endpoint,
+            "tenant": self.tenant,
+            "key_id": self.key_id,
+            "end_user": self.end_user,
+            "policy_version": self.policy_version,
+            "model": self.model,
+            "outcome": self.outcome,
+            "status_code": self.status_code,
+            "error_code": self.error_code,
+            "verdicts": [v.to_dict() for v in self.verdicts],
+            "chunk_ids": list(self.chunk_ids),
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "latency_ms": round(self.latency_ms, 3),
+            "engine_ms": round(self.engine_ms, 3),
+            "prompt_sha256": _sha256(self.prompt_text),
+            "answer_sha256": _sha256(self.answer_text),
+            "prompt_text": _kept(self.prompt_text, keep, seal),
+            "answer_text": _kept(self.answer_text, keep, seal),
+            # In `details`, which the hash chain covers: no new column, so the records
+            # written before it verify as they did.
+            "details": self.details | ({"upstream": self.upstream} if self.upstream else {}),
         }
-        return AuditRecord(
-            **values
-            | {
-                "latency_ms": round(self.latency_ms, 3),
-                "engine_ms": round(self.engine_ms, 3),
-                "verdicts": [v.to_dict() for v in self.verdicts],
-                # In `details`, which the hash chain covers: no new column, so the records
-                # written before it verify as they did.
-                "details": self.details | ({"upstream": self.upstream} if self.upstream else {}),
-                "prompt_sha256": _sha256(self.prompt_text),
-                "answer_sha256": _sha256(self.answer_text),
-                "prompt_text": _kept(self.prompt_text, keep, seal),
-                "answer_text": _kept(self.answer_text, keep, seal),
-            }
-        )
 
 
 def _kept(text: str | None, keep: bool, seal: Callable[[str], str] | None) -> str | None:
@@ -119,23 +118,24 @@ class AuditLog:
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self._chain = AuditChain(sessions)
         self._keys = SubjectKeys(sessions)
-        self._writer: GroupCommit[AuditEntry, AuditRecord] = GroupCommit(
+        self._writer: GroupCommit[AuditEntry, AppendedRecord] = GroupCommit(
             self._write_batch, name="audit-writer"
         )
 
-    def record(self, entry: AuditEntry) -> AuditRecord:
+    def record(self, entry: AuditEntry) -> AppendedRecord:
         """Append `entry`; returns its row once committed, blocking this thread until then."""
         return self._writer.submit(entry).result()
 
-    async def record_async(self, entry: AuditEntry) -> AuditRecord:
+    async def record_async(self, entry: AuditEntry) -> AppendedRecord:
         """`record` for the event loop: it waits for the writer without holding a thread."""
         return await asyncio.wrap_future(self._writer.submit(entry))
 
-    def _write_batch(self, entries: list[AuditEntry]) -> list[AuditRecord | BaseException]:
+    def _write_batch(self, entries: list[AuditEntry]) -> list[AppendedRecord | BaseException]:
         """Seal each entry (a failure fails that entry alone), then link every sealed row
         in one transaction (a failure fails each of them)."""
-        outcomes: list[AuditRecord | BaseException] = []
-        rows: list[AuditRecord] = []
+        # An entry's error, or None where its row goes into the transaction.
+        failures: list[BaseException | None] = []
+        rows: list[dict[str, Any]] = []
         # A record whose text is not kept needs no key; the others share one lookup.
         no_keys: Exception | None = None
         try:
@@ -146,26 +146,21 @@ class AuditLog:
             try:
                 if no_keys is not None and entry.seals_text:
                     raise no_keys
-                row = entry.to_row(sealers.get(entry.seal_as))
+                rows.append(entry.to_row(sealers.get(entry.seal_as)))
             except Exception as exc:
                 log.exception("audit.write_failed", request_id=entry.request_id)
-                outcomes.append(_write_error(exc))
+                failures.append(_write_error(exc))
                 continue
-            outcomes.append(row)
-            rows.append(row)
+            failures.append(None)
         if not rows:
-            return outcomes
+            return [f for f in failures if f is not None]
         try:
             appended = iter(self._chain.append_many(rows))
         except Exception as exc:
-            failed = [
-                e.request_id
-                for e, o in zip(entries, outcomes, strict=True)
-                if not isinstance(o, BaseException)
-            ]
+            failed = [e.request_id for e, f in zip(entries, failures, strict=True) if f is None]
             log.exception("audit.write_failed", request_ids=failed)
-            return [o if isinstance(o, BaseException) else _write_error(exc) for o in outcomes]
-        return [o if isinstance(o, BaseException) else next(appended) for o in outcomes]
+            return [_write_error(exc) if f is None else f for f in failures]
+        return [next(appended) if f is None else f for f in failures]
 
 
 def _write_error(cause: Exception) -> AuditWriteError:

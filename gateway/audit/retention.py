@@ -16,7 +16,14 @@ import structlog
 from sqlalchemy import delete, func, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from gateway.audit.chain import PURGE_EVENT, Checkpoint, append_in, lock_chain, verify_chain
+from gateway.audit.chain import (
+    PURGE_EVENT,
+    AppendedRecord,
+    Checkpoint,
+    append_in,
+    lock_chain,
+    verify_chain,
+)
 from gateway.audit.entries import CLI_ENDPOINT, admin_action_entry
 from gateway.audit.subject_keys import ErasedKey, SubjectKeys
 from gateway.db.connection import is_sqlite
@@ -39,7 +46,7 @@ class PurgeResult:
     first_seq: int
     last_seq: int
     last_hash: str
-    record: AuditRecord
+    record: AppendedRecord
     checkpoint: Checkpoint
 
 
@@ -48,7 +55,7 @@ class ErasureResult:
     """The keys an erasure destroyed and the records that say so."""
 
     keys: list[ErasedKey]
-    records: list[AuditRecord]
+    records: list[AppendedRecord]
 
 
 def purge_before(

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import Engine, event, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from gateway.audit.chain import AuditChain, AuditWriteError, verify_chain
+from gateway.audit.chain import AppendedRecord, AuditChain, AuditWriteError, verify_chain
 from gateway.audit.log import AuditEntry, AuditLog
 from gateway.audit.subject_keys import TextOpener
 from gateway.db.connection import make_db_engine, make_session_factory
@@ -145,7 +145,7 @@ def assert_one_contiguous_chain(db: Database, request_ids: list[str]) -> None:
 def test_records_from_many_threads_share_transactions_and_verify(db: Database) -> None:
     log = AuditLog(db.sessions)
     names = [f"thread_{n}" for n in range(40)]
-    rows: dict[str, AuditRecord] = {}
+    rows: dict[str, AppendedRecord] = {}
     start = threading.Barrier(len(names) + 1)
 
     def write(name: str) -> None:
@@ -172,7 +172,7 @@ def test_records_from_the_event_loop_keep_their_order(db: Database) -> None:
     log = AuditLog(db.sessions)
     names = [f"stream_{n}" for n in range(32)]
 
-    async def write_all() -> list[AuditRecord]:
+    async def write_all() -> list[AppendedRecord]:
         with db.chain_held():
             tasks = [asyncio.ensure_future(log.record_async(entry(name))) for name in names]
             await asyncio.sleep(0)  # every task has handed its entry to the writer
@@ -194,7 +194,7 @@ def test_a_failed_transaction_fails_every_record_in_it(db: Database) -> None:
     log = AuditLog(db.sessions)
     batch = ["before_poison", "poison", "after_poison_1", "after_poison_2"]
 
-    async def write_all() -> tuple[AuditRecord, list[AuditRecord | BaseException]]:
+    async def write_all() -> tuple[AppendedRecord, list[AppendedRecord | BaseException]]:
         with db.chain_held():
             first = asyncio.ensure_future(log.record_async(entry("first")))
             await asyncio.to_thread(db.batch_taken.wait, 10)  # the writer took `first` alone
@@ -239,7 +239,7 @@ def test_records_written_together_share_one_key_read_and_keep_their_subjects_tex
     names = [f"sealed_{n}" for n in range(len(subjects))]
     db.key_reads = 0
 
-    async def write_all() -> list[AuditRecord]:
+    async def write_all() -> list[AppendedRecord]:
         with db.chain_held():
             tasks = [
                 asyncio.ensure_future(log.record_async(entry(name, subject, text_kept=True)))
