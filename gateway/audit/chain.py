@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, func, insert, select, text
+from sqlalchemy import Connection, Engine, Table, func, insert, select, text
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -31,6 +31,12 @@ _DOMAIN = b"bastion.audit.v1\x00"
 _UNHASHED = frozenset({"id", "record_hash"})
 _AUDIT_TABLE = cast(Table, AuditRecord.__table__)
 _HASHED_COLUMNS = tuple(c for c in _AUDIT_TABLE.columns if c.name not in _UNHASHED)
+# Built once: the writer runs them for every batch, on the thread that shares the GIL with
+# the event loop, and building them (or going through the ORM session) cost more than
+# running them.
+_HEAD = select(AuditRecord.seq, AuditRecord.record_hash).order_by(AuditRecord.seq.desc()).limit(1)
+_INSERT = insert(_AUDIT_TABLE)
+_CHAIN_LOCK = text("SELECT pg_advisory_xact_lock(:lock)")
 _APPEND_ATTEMPTS = 100
 _PG_CONFLICT_STATES = frozenset({"40001", "40P01"})  # serialization failure, deadlock
 _PG_UNIQUE_VIOLATION = "23505"
@@ -110,7 +116,7 @@ class AuditChain:
     _ADVISORY_LOCK = 0x6261_7374  # "bast"
 
     def __init__(self, sessions: sessionmaker[Session]) -> None:
-        self._sessions = sessions
+        self._engine: Engine = sessions.kw["bind"]
         self._local = threading.Lock()
 
     def append(self, record: RecordValues) -> AppendedRecord:
@@ -132,9 +138,9 @@ class AuditChain:
         raise AuditWriteError(f"could not append the audit record: {last_error}")
 
     def _append_once(self, records: Sequence[RecordValues]) -> list[AppendedRecord]:
-        with self._sessions.begin() as session:
-            lock_chain(session)
-            rows = _insert_linked(session, records, chain_head(session))
+        with self._engine.begin() as connection:
+            lock_chain(connection)
+            rows = _insert_linked(connection, records, chain_head(connection))
         return [AppendedRecord(row) for row in rows]
 
 
@@ -151,10 +157,11 @@ def is_write_conflict(exc: IntegrityError | OperationalError) -> bool:
     return "database is locked" in message or "database table is locked" in message
 
 
-def lock_chain(session: Session) -> None:
+def lock_chain(db: Connection | Session) -> None:
     """Queue behind other PostgreSQL writers of the chain until this transaction ends."""
-    if session.get_bind().dialect.name == "postgresql":
-        session.execute(text(f"SELECT pg_advisory_xact_lock({AuditChain._ADVISORY_LOCK})"))
+    dialect = db.dialect if isinstance(db, Connection) else db.get_bind().dialect
+    if dialect.name == "postgresql":
+        db.execute(_CHAIN_LOCK, {"lock": AuditChain._ADVISORY_LOCK})
 
 
 def append_in(
@@ -166,16 +173,14 @@ def append_in(
     return AppendedRecord(rows[0])
 
 
-def chain_head(session: Session) -> tuple[int, str]:
+def chain_head(db: Connection | Session) -> tuple[int, str]:
     """The last record's `(seq, record_hash)`, or the genesis link of an empty chain."""
-    last = session.execute(
-        select(AuditRecord.seq, AuditRecord.record_hash).order_by(AuditRecord.seq.desc()).limit(1)
-    ).first()
+    last = db.execute(_HEAD).first()
     return (last.seq, last.record_hash) if last else (0, GENESIS_HASH)
 
 
 def _insert_linked(
-    session: Session, records: Sequence[RecordValues], head: tuple[int, str]
+    db: Connection | Session, records: Sequence[RecordValues], head: tuple[int, str]
 ) -> list[dict[str, Any]]:
     """Insert `records` as the rows that follow `head`, in order; returns their values.
     One executemany through the Core: the ORM's unit of work cost more than the rows' own
@@ -185,7 +190,7 @@ def _insert_linked(
         values = linked_values(record, head)
         head = (values["seq"], values["record_hash"])
         rows.append(values)
-    session.execute(insert(_AUDIT_TABLE), rows)
+    db.execute(_INSERT, rows)
     return rows
 
 
@@ -243,12 +248,7 @@ class Checkpoint:
 def make_checkpoint(sessions: sessionmaker[Session], key: bytes | None = None) -> Checkpoint:
     """The current head; signed when a key is given."""
     with sessions() as session:
-        last = session.execute(
-            select(AuditRecord.seq, AuditRecord.record_hash)
-            .order_by(AuditRecord.seq.desc())
-            .limit(1)
-        ).first()
-    seq, head = (last.seq, last.record_hash) if last else (0, GENESIS_HASH)
+        seq, head = chain_head(session)
     checkpoint = Checkpoint(seq, head, utc_now().isoformat())
     return checkpoint if key is None else checkpoint.signed(key)
 
