@@ -5,9 +5,10 @@ from __future__ import annotations
 import multiprocessing
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, event, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -161,4 +162,29 @@ def test_concurrent_writer_processes_build_one_chain(postgres_url: str) -> None:
     report = verify_chain(sessions)
     assert report.ok, report.problems
     assert report.records == report.head_seq == 8 * 25
+    engine.dispose()
+
+
+def test_writers_that_take_turns_extend_one_chain(database_url: str) -> None:
+    """Two writers on one database, as a server and `bastion audit` beside it: each links
+    onto the real head, although the other appended since its own last record."""
+    engine, sessions, first = open_log(database_url)
+    second = AuditLog(sessions)
+    head_reads: list[str] = []
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _executing(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if "ORDER BY audit_records.seq DESC" in statement:
+            head_reads.append(statement)
+
+    written = [
+        log.record(entry(n)) for n, log in enumerate([first, first, second, first, second], 1)
+    ]
+    assert [r.seq for r in written] == [1, 2, 3, 4, 5]
+    assert [r.prev_hash for r in written[1:]] == [r.record_hash for r in written[:-1]]
+    report = verify_chain(sessions)
+    assert report.ok and report.records == 5, report.problems
+    if engine.dialect.name == "sqlite":
+        # A writer reads the head once, then again only after the other wrote.
+        assert len(head_reads) == 4
     engine.dispose()
