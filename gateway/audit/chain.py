@@ -15,7 +15,7 @@ import hmac
 import json
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -53,6 +53,9 @@ class AuditWriteError(RuntimeError):
 # Plain values rather than an `AuditRecord`: the ORM's instrumented object cost a third
 # of the writer's time, on the thread that shares the GIL with the event loop.
 RecordValues = Mapping[str, Any]
+# Builds a batch's records inside the transaction that links them, reading there what they
+# need (the subjects' keys); called again when the transaction is retried.
+RecordsBuilder = Callable[[Connection], Sequence[RecordValues]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,17 +128,14 @@ class AuditChain:
         self._reads_head = self._engine.dialect.name != "sqlite"
         self._last_written: tuple[int, str] | None = None
 
-    def append(self, record: RecordValues) -> AppendedRecord:
-        return self.append_many([record])[0]
-
-    def append_many(self, records: Sequence[RecordValues]) -> list[AppendedRecord]:
-        """Link `records`, in order, in one transaction: contiguous `seq`s, one commit.
-        A conflict with another writer retries them all on top of the winner."""
+    def append_many(self, build: RecordsBuilder) -> list[AppendedRecord]:
+        """Link the records `build` makes, in order, in one transaction: contiguous `seq`s,
+        one commit. A conflict with another writer retries them all on top of the winner."""
         last_error: Exception | None = None
         with self._local:
             for attempt in range(_APPEND_ATTEMPTS):
                 try:
-                    return self._append_once(records)
+                    return self._append_once(build)
                 except (IntegrityError, OperationalError) as exc:
                     self._last_written = None
                     if not is_write_conflict(exc):
@@ -147,9 +147,12 @@ class AuditChain:
                     raise
         raise AuditWriteError(f"could not append the audit record: {last_error}")
 
-    def _append_once(self, records: Sequence[RecordValues]) -> list[AppendedRecord]:
+    def _append_once(self, build: RecordsBuilder) -> list[AppendedRecord]:
         with self._engine.begin() as connection:
             lock_chain(connection)
+            records = build(connection)
+            if not records:
+                return []
             head = self._last_written
             if head is None or self._reads_head:
                 head = chain_head(connection)

@@ -17,9 +17,8 @@ from functools import partial
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from sqlalchemy import Engine, bindparam, select, tuple_, update
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy import Connection, bindparam, insert, select, tuple_, update
+from sqlalchemy.orm import Session
 
 from gateway.db.models import AuditSubjectKey, utc_now
 
@@ -27,10 +26,6 @@ ENVELOPE = "bastion-enc:v1:"
 ERASED = "[erased]"
 UNREADABLE = "[unreadable]"
 _NONCE_BYTES = 12
-
-
-class AuditKeyError(RuntimeError):
-    """No key could be had for a subject; the record must not be written in clear."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +50,7 @@ _LIVE_SUBJECT_KEYS = select(
     ),
     AuditSubjectKey.erased_at.is_(None),
 )
+_NEW_KEY = insert(AuditSubjectKey).returning(AuditSubjectKey.id)
 
 
 def _seal(key_id: int, key: bytes, plaintext: str) -> str:
@@ -68,51 +64,29 @@ def is_sealed(stored: str | None) -> bool:
 
 
 class SubjectKeys:
-    """Creates subject keys and seals text with them. Keys are read from the database on
-    every write, so an erasure made by another process takes effect at once."""
+    """Creates subject keys and seals text with them. Keys are read from the database in
+    the transaction that writes the records, so an erasure made by another process takes
+    effect from the next write on."""
 
-    def __init__(self, sessions: sessionmaker[Session]) -> None:
-        self._sessions = sessions
-
-    def sealers(self, subjects: Collection[tuple[str, str]]) -> dict[tuple[str, str], Sealer]:
+    @staticmethod
+    def sealers_in(
+        db: Connection, subjects: Collection[tuple[str, str]]
+    ) -> dict[tuple[str, str], Sealer]:
         """A function for each `(tenant, subject)` that encrypts text with its live key,
-        for one write only: the keys are read in one query (created where missing), so
-        the records `AuditLog` writes together cost one lookup, and an erasure made
-        elsewhere holds from the next write on."""
+        read (or created) in `db`'s transaction: the records `AuditLog` writes together
+        cost one lookup, in the transaction that links them. A key another writer
+        created meanwhile fails the insert, and the caller retries the transaction."""
         if not subjects:
             return {}
         live: dict[tuple[str, str], tuple[int, bytes]] = {}
-        bind: Engine = self._sessions.kw["bind"]
-        with bind.connect() as connection:
-            for row in connection.execute(_LIVE_SUBJECT_KEYS, {"subjects": list(subjects)}):
-                if row.key is not None:
-                    live[(row.tenant, row.subject)] = (int(row.id), bytes(row.key))
+        for row in db.execute(_LIVE_SUBJECT_KEYS, {"subjects": list(subjects)}):
+            if row.key is not None:
+                live[(row.tenant, row.subject)] = (int(row.id), bytes(row.key))
         for tenant, subject in set(subjects) - live.keys():
-            live[(tenant, subject)] = self._live_key(tenant, subject)
+            key = AESGCM.generate_key(bit_length=256)
+            created = db.execute(_NEW_KEY, {"tenant": tenant, "subject": subject, "key": key})
+            live[(tenant, subject)] = (int(created.scalar_one()), key)
         return {pair: partial(_seal, *key) for pair, key in live.items()}
-
-    def _live_key(self, tenant: str, subject: str) -> tuple[int, bytes]:
-        for _ in range(3):
-            with self._sessions.begin() as session:
-                found = session.execute(
-                    select(AuditSubjectKey.id, AuditSubjectKey.key).where(
-                        AuditSubjectKey.tenant == tenant,
-                        AuditSubjectKey.subject == subject,
-                        AuditSubjectKey.erased_at.is_(None),
-                    )
-                ).first()
-                if found is not None and found.key is not None:
-                    return int(found.id), bytes(found.key)
-            try:
-                with self._sessions.begin() as session:
-                    key = AESGCM.generate_key(bit_length=256)
-                    row = AuditSubjectKey(tenant=tenant, subject=subject, key=key)
-                    session.add(row)
-                    session.flush()
-                    return row.id, key
-            except IntegrityError:
-                continue  # another writer created it first: read theirs
-        raise AuditKeyError(f"could not create an audit key for subject {subject!r}")
 
     @staticmethod
     def erase_in(session: Session, subject: str, tenant: str | None) -> list[ErasedKey]:
