@@ -60,33 +60,25 @@ RecordsBuilder = Callable[[Connection], Sequence[RecordValues]]
 
 @dataclass(frozen=True, slots=True)
 class AppendedRecord:
-    """A record as the chain holds it once committed: every column but `id`."""
+    """A record once committed: where it sits in the chain, and what its caller needs."""
 
-    values: Mapping[str, Any]
+    seq: int
+    prev_hash: str
+    record_hash: str
+    request_id: str
+    event: str
+    details: dict[str, Any]
 
-    @property
-    def seq(self) -> int:
-        return int(self.values["seq"])
-
-    @property
-    def prev_hash(self) -> str:
-        return str(self.values["prev_hash"])
-
-    @property
-    def record_hash(self) -> str:
-        return str(self.values["record_hash"])
-
-    @property
-    def request_id(self) -> str:
-        return str(self.values["request_id"])
-
-    @property
-    def event(self) -> str:
-        return str(self.values["event"])
-
-    @property
-    def details(self) -> dict[str, Any]:
-        return dict(self.values["details"])
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> AppendedRecord:
+        return cls(
+            seq=row["seq"],
+            prev_hash=row["prev_hash"],
+            record_hash=row["record_hash"],
+            request_id=row["request_id"],
+            event=row["event"],
+            details=row["details"],
+        )
 
 
 def canonical_value(value: Any) -> Any:
@@ -158,7 +150,7 @@ class AuditChain:
                 head = chain_head(connection)
             rows = _insert_linked(connection, records, head)
         self._last_written = (rows[-1]["seq"], rows[-1]["record_hash"])
-        return [AppendedRecord(row) for row in rows]
+        return [AppendedRecord.of(row) for row in rows]
 
 
 def is_write_conflict(exc: IntegrityError | OperationalError) -> bool:
@@ -187,7 +179,7 @@ def append_in(
     """Link `record` to the chain's head (read now, unless the caller passes the
     `(seq, hash)` it read before deleting rows) inside the caller's transaction."""
     rows = _insert_linked(session, [record], chain_head(session) if head is None else head)
-    return AppendedRecord(rows[0])
+    return AppendedRecord.of(rows[0])
 
 
 def chain_head(db: Connection | Session) -> tuple[int, str]:
