@@ -123,7 +123,7 @@ class AuditLog:
         )
 
     def record(self, entry: AuditEntry) -> AppendedRecord:
-        """Append `entry`; returns its row once committed, blocking this thread until then."""
+        """Append `entry`; returns its record once committed, blocking this thread until then."""
         return self._writer.submit(entry).result()
 
     async def record_async(self, entry: AuditEntry) -> AppendedRecord:
@@ -133,9 +133,8 @@ class AuditLog:
     def _write_batch(self, entries: list[AuditEntry]) -> list[AppendedRecord | BaseException]:
         """Seal each entry (a failure fails that entry alone), then link every sealed row
         in one transaction (a failure fails each of them). The subjects' keys are read in
-        that transaction: each statement on this thread waits for the event loop to hand
-        back the GIL, and a read of its own, on another connection, cost a loaded server
-        about 3 ms a batch."""
+        that transaction, on its connection: under load each statement on this thread
+        waits for the event loop to hand back the GIL, so a batch makes as few as it can."""
         # An entry's error, or None where its row goes into the transaction.
         failures: list[BaseException | None] = []
 
