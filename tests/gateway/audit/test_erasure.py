@@ -7,7 +7,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from gateway.audit.chain import verify_chain
-from gateway.audit.log import AuditEntry
+from gateway.audit.log import AuditEntry, AuditLog
 from gateway.audit.query import AuditFilter, read_record, read_records
 from gateway.audit.retention import ERASURE_EVENT, erase_subject
 from gateway.audit.subject_keys import ERASED
@@ -97,4 +97,25 @@ def test_text_is_not_kept_when_the_policy_says_so(sqlite_url: str) -> None:
         row = session.scalars(select(AuditRecord)).one()
         assert row.prompt_text is None and row.prompt_sha256 is not None
         assert session.scalar(select(AuditSubjectKey.id)) is None  # no key made for nothing
+    engine.dispose()
+
+
+def test_writers_in_two_processes_seal_a_subject_with_one_key(database_url: str) -> None:
+    """The key is read in the transaction that writes the record: a second writer (another
+    replica, the CLI) finds the key the first created instead of making its own, and one
+    erasure shreds what both wrote."""
+    engine, sessions, first = open_log(database_url)
+    second = AuditLog(sessions)
+    first.record(chat(1, "alice"))
+    second.record(chat(2, "alice"))
+    first.record(chat(3, "alice"))
+    with sessions() as session:
+        keys = list(session.scalars(select(AuditSubjectKey)))
+    assert [k.subject for k in keys] == ["alice"]
+    assert texts(sessions)["req_2"] == "question 2 from alice"
+    erase_subject(sessions, "alice", "acme", "test")
+    assert set(texts(sessions, end_user="alice").values()) == {ERASED}
+    second.record(chat(4, "alice"))  # after the erasure: a new key, readable text
+    assert texts(sessions, end_user="alice")["req_4"] == "question 4 from alice"
+    assert verify_chain(sessions).ok
     engine.dispose()
