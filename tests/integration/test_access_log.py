@@ -4,6 +4,7 @@ no answer waits for its line before its first token goes out."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +24,15 @@ def logged() -> Iterator[list[dict[str, Any]]]:
 
 def access_records(logged: list[dict[str, Any]], request_id: str) -> list[dict[str, Any]]:
     return [r for r in logged if r["event"] == "http.request" and r["request_id"] == request_id]
+
+
+def written_records(logged: list[dict[str, Any]], request_id: str) -> list[dict[str, Any]]:
+    """The request's records once it has one: the server writes it just after the
+    response's last bytes go out, so the client may have read them a moment before."""
+    deadline = time.monotonic() + 10
+    while not (found := access_records(logged, request_id)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return found
 
 
 def test_a_streamed_answer_is_logged_once_after_it_ends(
@@ -50,7 +60,7 @@ def test_a_streamed_answer_is_logged_once_after_it_ends(
         rest = list(lines)
     assert "data: [DONE]" in rest
 
-    records = access_records(logged, request_id)
+    records = written_records(logged, request_id)
     assert len(records) == 1
     record = records[0]
     assert (record["method"], record["path"], record["status"]) == (
@@ -68,6 +78,6 @@ def test_a_path_no_route_matches_is_logged_with_its_status(
     missing = httpx.get(f"{live_server.base_url}/v1/no-such-thing?key=secret-value", timeout=30)
     assert missing.status_code == 404
 
-    records = access_records(logged, missing.headers["x-request-id"])
+    records = written_records(logged, missing.headers["x-request-id"])
     assert [(r["path"], r["status"]) for r in records] == [("/v1/no-such-thing", 404)]
     assert "secret-value" not in json.dumps(records)  # the query string is left out
