@@ -48,8 +48,8 @@ class AuditWriteError(RuntimeError):
     """The record could not be appended; the request it describes must not succeed."""
 
 
-# A record to append: a value for every column but `id` and the link columns (`seq`,
-# `prev_hash`, `record_hash`), which the chain fills in; `created_at` defaults to now.
+# A record to append: a value for every column but `id` and those the chain fills in as
+# it links the record (`seq`, `prev_hash`, `created_at`, `record_hash`).
 # Plain values rather than an `AuditRecord`: the ORM's instrumented object cost a third
 # of the writer's time, on the thread that shares the GIL with the event loop.
 RecordValues = Mapping[str, Any]
@@ -134,9 +134,6 @@ class AuditChain:
                         raise AuditWriteError(f"could not append the audit record: {exc}") from exc
                     last_error = exc
                     time.sleep(min(0.002 * (attempt + 1), 0.05))
-                except BaseException:
-                    self._last_written = None
-                    raise
         raise AuditWriteError(f"could not append the audit record: {last_error}")
 
     def _append_once(self, build: RecordsBuilder) -> list[AppendedRecord]:
@@ -207,7 +204,7 @@ def linked_values(record: RecordValues, head: tuple[int, str]) -> dict[str, Any]
     """The column values of `record` as the row that follows `head`, hash included."""
     values = dict(record)
     values["seq"], values["prev_hash"] = head[0] + 1, head[1]
-    values["created_at"] = values.get("created_at") or utc_now()
+    values["created_at"] = utc_now()
     values["record_hash"] = _hash_of(values)
     return values
 

@@ -14,8 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gateway.audit.chain import AppendedRecord, AuditChain, AuditWriteError
 from gateway.audit.group_commit import GroupCommit
-from gateway.audit.subject_keys import SubjectKeys
-from gateway.db.models import utc_now
+from gateway.audit.subject_keys import sealers_in
 from guardrails.verdict import Verdict
 
 log = structlog.get_logger(__name__)
@@ -71,7 +70,6 @@ class AuditEntry:
         return {
             "event": self.event,
             "request_id": self.request_id,
-            "created_at": utc_now(),
             "endpoint": self.endpoint,
             "tenant": self.tenant,
             "key_id": self.key_id,
@@ -140,7 +138,7 @@ class AuditLog:
 
         def rows_in(db: Connection) -> list[dict[str, Any]]:
             # A record whose text is not kept needs no key; the others share one lookup.
-            sealers = SubjectKeys.sealers_in(db, {e.seal_as for e in entries if e.seals_text})
+            sealers = sealers_in(db, {e.seal_as for e in entries if e.seals_text})
             failures.clear()
             rows = []
             for entry in entries:

@@ -25,7 +25,7 @@ from gateway.audit.chain import (
     verify_chain,
 )
 from gateway.audit.entries import CLI_ENDPOINT, admin_action_entry
-from gateway.audit.subject_keys import ErasedKey, SubjectKeys
+from gateway.audit.subject_keys import ErasedKey, erase_keys_in
 from gateway.db.connection import is_sqlite
 from gateway.db.models import AuditRecord, utc_now
 
@@ -147,7 +147,7 @@ def erase_subject(
             # Zero the freed bytes instead of leaving the key in the file's free space.
             session.execute(text("PRAGMA secure_delete = ON"))
         lock_chain(session)
-        erased = SubjectKeys.erase_in(session, subject, tenant)
+        erased = erase_keys_in(session, subject, tenant)
         tenants = sorted({k.tenant for k in erased}) or [tenant or ""]
         records = [
             append_in(

@@ -63,47 +63,43 @@ def is_sealed(stored: str | None) -> bool:
     return stored is not None and stored.startswith(ENVELOPE)
 
 
-class SubjectKeys:
-    """Creates subject keys and seals text with them. Keys are read from the database in
-    the transaction that writes the records, so an erasure made by another process takes
-    effect from the next write on."""
+def sealers_in(
+    db: Connection, subjects: Collection[tuple[str, str]]
+) -> dict[tuple[str, str], Sealer]:
+    """A function for each `(tenant, subject)` that encrypts text with its live key, read
+    (or created) in `db`'s transaction, the one that writes the records: the records
+    `AuditLog` writes together cost one lookup, and an erasure made by another process
+    holds from the next write on. A key another writer created meanwhile fails the
+    insert, and the caller retries the transaction."""
+    if not subjects:
+        return {}
+    live: dict[tuple[str, str], tuple[int, bytes]] = {}
+    for row in db.execute(_LIVE_SUBJECT_KEYS, {"subjects": list(subjects)}):
+        if row.key is not None:
+            live[(row.tenant, row.subject)] = (int(row.id), bytes(row.key))
+    for tenant, subject in set(subjects) - live.keys():
+        key = AESGCM.generate_key(bit_length=256)
+        created = db.execute(_NEW_KEY, {"tenant": tenant, "subject": subject, "key": key})
+        live[(tenant, subject)] = (int(created.scalar_one()), key)
+    return {pair: partial(_seal, *key) for pair, key in live.items()}
 
-    @staticmethod
-    def sealers_in(
-        db: Connection, subjects: Collection[tuple[str, str]]
-    ) -> dict[tuple[str, str], Sealer]:
-        """A function for each `(tenant, subject)` that encrypts text with its live key,
-        read (or created) in `db`'s transaction: the records `AuditLog` writes together
-        cost one lookup, in the transaction that links them. A key another writer
-        created meanwhile fails the insert, and the caller retries the transaction."""
-        if not subjects:
-            return {}
-        live: dict[tuple[str, str], tuple[int, bytes]] = {}
-        for row in db.execute(_LIVE_SUBJECT_KEYS, {"subjects": list(subjects)}):
-            if row.key is not None:
-                live[(row.tenant, row.subject)] = (int(row.id), bytes(row.key))
-        for tenant, subject in set(subjects) - live.keys():
-            key = AESGCM.generate_key(bit_length=256)
-            created = db.execute(_NEW_KEY, {"tenant": tenant, "subject": subject, "key": key})
-            live[(tenant, subject)] = (int(created.scalar_one()), key)
-        return {pair: partial(_seal, *key) for pair, key in live.items()}
 
-    @staticmethod
-    def erase_in(session: Session, subject: str, tenant: str | None) -> list[ErasedKey]:
-        """Destroy the subject's live keys inside the caller's transaction."""
-        query = select(AuditSubjectKey).where(
-            AuditSubjectKey.subject == subject, AuditSubjectKey.erased_at.is_(None)
+def erase_keys_in(session: Session, subject: str, tenant: str | None) -> list[ErasedKey]:
+    """Destroy the subject's live keys (in `tenant`, or in every tenant when None) inside
+    the caller's transaction."""
+    query = select(AuditSubjectKey).where(
+        AuditSubjectKey.subject == subject, AuditSubjectKey.erased_at.is_(None)
+    )
+    if tenant is not None:
+        query = query.where(AuditSubjectKey.tenant == tenant)
+    rows = list(session.scalars(query))
+    if rows:
+        session.execute(
+            update(AuditSubjectKey)
+            .where(AuditSubjectKey.id.in_([r.id for r in rows]))
+            .values(key=None, erased_at=utc_now())
         )
-        if tenant is not None:
-            query = query.where(AuditSubjectKey.tenant == tenant)
-        rows = list(session.scalars(query))
-        if rows:
-            session.execute(
-                update(AuditSubjectKey)
-                .where(AuditSubjectKey.id.in_([r.id for r in rows]))
-                .values(key=None, erased_at=utc_now())
-            )
-        return [ErasedKey(r.id, r.tenant, r.subject) for r in rows]
+    return [ErasedKey(r.id, r.tenant, r.subject) for r in rows]
 
 
 class TextOpener:
