@@ -124,7 +124,12 @@ def identity_of(connection: ASGIConnection[Any, Any, Any, Any]) -> KeyIdentity:
     return identity
 
 
-def _provide_identity(request: Request[Any, Any, Any], services: Services) -> KeyIdentity:
+# What handlers take: `services: ServicesDep, identity: IdentityDep`.
+ServicesDep: TypeAlias = Annotated[Services, Dependency(kind="named")]
+IdentityDep: TypeAlias = Annotated[KeyIdentity, Dependency(kind="named")]
+
+
+def _provide_identity(request: Request[Any, Any, Any], services: ServicesDep) -> KeyIdentity:
     """`services` is unused but declared: Litestar resolves independent dependencies in
     a task group of their own, which costs a trip through the event loop's queue behind
     every other request's work (7 ms at the median with 32 at once); one after the other
@@ -132,10 +137,6 @@ def _provide_identity(request: Request[Any, Any, Any], services: Services) -> Ke
     del services
     return identity_of(request)
 
-
-# What handlers take: `services: ServicesDep, identity: IdentityDep`.
-ServicesDep: TypeAlias = Annotated[Services, Dependency(kind="named")]
-IdentityDep: TypeAlias = Annotated[KeyIdentity, Dependency(kind="named")]
 
 DEPENDENCIES = {
     "services": Provide(_provide_services, sync_to_thread=False),
