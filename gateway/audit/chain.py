@@ -24,6 +24,7 @@ from sqlalchemy import Connection, Engine, Table, func, insert, select, text
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from gateway.db.connection import loop_twin
 from gateway.db.models import AuditRecord, utc_now
 
 GENESIS_HASH = "0" * 64
@@ -116,6 +117,7 @@ class AuditChain:
 
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self._engine: Engine = sessions.kw["bind"]
+        self._loop_engine = loop_twin(self._engine)
         self._local = threading.Lock()
         self._reads_head = self._engine.dialect.name != "sqlite"
         self._last_written: tuple[int, str] | None = None
@@ -136,8 +138,39 @@ class AuditChain:
                     time.sleep(min(0.002 * (attempt + 1), 0.05))
         raise AuditWriteError(f"could not append the audit record: {last_error}")
 
-    def _append_once(self, build: RecordsBuilder) -> list[AppendedRecord]:
-        with self._engine.begin() as connection:
+    @property
+    def appends_without_waiting(self) -> bool:
+        """Whether `try_append_now` may be called: a local SQLite file, no fsync a commit."""
+        return self._loop_engine is not None
+
+    def try_append_now(self, build: RecordsBuilder) -> list[AppendedRecord] | None:
+        """`append_many` for the event loop, which must wait for nothing: None, with nothing
+        written, when the chain's lock or the database file is taken, or another writer
+        moved the head (the caller hands the batch to `append_many`, which waits)."""
+        if self._loop_engine is None:
+            raise RuntimeError("this database is not written on the event loop")
+        if not self._local.acquire(blocking=False):
+            return None
+        try:
+            return self._append_once(build, self._loop_engine)
+        except (IntegrityError, OperationalError) as exc:
+            self._last_written = None
+            if is_write_conflict(exc):
+                return None
+            raise AuditWriteError(f"could not append the audit record: {exc}") from exc
+        finally:
+            self._local.release()
+
+    def checkpoint(self) -> None:
+        """Copy what the WAL holds into the database file without waiting for readers or
+        writers (on a thread: the engine `try_append_now` uses never checkpoints)."""
+        with self._engine.connect() as connection:
+            connection.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+
+    def _append_once(
+        self, build: RecordsBuilder, engine: Engine | None = None
+    ) -> list[AppendedRecord]:
+        with (engine or self._engine).begin() as connection:
             lock_chain(connection)
             records = build(connection)
             if not records:

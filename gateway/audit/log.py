@@ -12,12 +12,17 @@ import structlog
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session, sessionmaker
 
-from gateway.audit.chain import AppendedRecord, AuditChain, AuditWriteError
+from gateway.audit.chain import AppendedRecord, AuditChain, AuditWriteError, RecordsBuilder
 from gateway.audit.group_commit import GroupCommit
+from gateway.audit.loop_commit import LoopGroupCommit
 from gateway.audit.subject_keys import sealers_in
 from guardrails.verdict import Verdict
 
 log = structlog.get_logger(__name__)
+
+# About as often as SQLite's own automatic checkpoint (1,000 pages of WAL), which the
+# engine that writes on the event loop leaves off.
+_CHECKPOINT_EVERY = 250
 
 
 @dataclass
@@ -119,20 +124,55 @@ class AuditLog:
         self._writer: GroupCommit[AuditEntry, AppendedRecord] = GroupCommit(
             self._write_batch, name="audit-writer"
         )
+        self._on_loop: LoopGroupCommit[AuditEntry, AppendedRecord] | None = None
+        if self._chain.appends_without_waiting:
+            self._on_loop = LoopGroupCommit(self._write_batch_now, self._writer.submit)
+        self._commits_on_loop = 0
 
     def record(self, entry: AuditEntry) -> AppendedRecord:
         """Append `entry`; returns its record once committed, blocking this thread until then."""
         return self._writer.submit(entry).result()
 
     async def record_async(self, entry: AuditEntry) -> AppendedRecord:
-        """`record` for the event loop: it waits for the writer without holding a thread."""
+        """`record` for the event loop, without holding a thread: written on the loop where
+        the database answers without waiting (a local SQLite file), else by the writer."""
+        if self._on_loop is not None:
+            return await self._on_loop.submit(entry)
         return await asyncio.wrap_future(self._writer.submit(entry))
 
     def _write_batch(self, entries: list[AuditEntry]) -> list[AppendedRecord | BaseException]:
+        outcomes = self._linked(entries, self._chain.append_many)
+        assert outcomes is not None, "append_many writes the batch or raises"
+        return outcomes
+
+    def _write_batch_now(
+        self, entries: list[AuditEntry]
+    ) -> list[AppendedRecord | BaseException] | None:
+        """`_write_batch` on the event loop; None where it would have to wait. Every
+        `_CHECKPOINT_EVERY` commits, a thread copies the WAL into the database file."""
+        outcomes = self._linked(entries, self._chain.try_append_now)
+        if outcomes is not None:
+            self._commits_on_loop += 1
+            if self._commits_on_loop % _CHECKPOINT_EVERY == 0:
+                asyncio.get_running_loop().run_in_executor(None, self._checkpoint)
+        return outcomes
+
+    def _checkpoint(self) -> None:
+        try:
+            self._chain.checkpoint()
+        except Exception:  # the next one copies what this one left; writes go on meanwhile
+            log.warning("audit.checkpoint_failed", exc_info=True)
+
+    def _linked(
+        self,
+        entries: list[AuditEntry],
+        append: Callable[[RecordsBuilder], list[AppendedRecord] | None],
+    ) -> list[AppendedRecord | BaseException] | None:
         """Seal each entry (a failure fails that entry alone), then link every sealed row
-        in one transaction (a failure fails each of them). The subjects' keys are read in
-        that transaction, on its connection: under load each statement on this thread
-        waits for the event loop to hand back the GIL, so a batch makes as few as it can."""
+        in one transaction by `append` (a failure fails each of them; None when it wrote
+        nothing without waiting). The subjects' keys are read in that transaction, on its
+        connection: on the writer thread each statement waits for the event loop to hand
+        back the GIL, so a batch makes as few as it can."""
         # An entry's error, or None where its row goes into the transaction.
         failures: list[BaseException | None] = []
 
@@ -152,10 +192,13 @@ class AuditLog:
             return rows
 
         try:
-            appended = iter(self._chain.append_many(rows_in))
+            linked = append(rows_in)
         except Exception as exc:
             log.exception("audit.write_failed", request_ids=[e.request_id for e in entries])
             return [_write_error(exc) for _ in entries]
+        if linked is None:
+            return None
+        appended = iter(linked)
         return [next(appended) if f is None else f for f in failures]
 
 

@@ -39,8 +39,10 @@ def entry(name: str, subject: str = "key_a", text_kept: bool = False) -> AuditEn
 
 
 class Database:
-    """A migrated database, its engine watched: which transactions inserted audit records,
-    and when the writer has begun a transaction on the chain (it has taken a batch)."""
+    """A migrated database, watched: which transactions inserted audit records and how
+    often the subjects' keys were read (by any engine on it: a SQLite file's records are
+    written on the event loop through an engine of their own), and when the writer thread
+    has begun a transaction on the chain (it has taken a batch)."""
 
     def __init__(self, url: str) -> None:
         upgrade_database(url)
@@ -54,15 +56,10 @@ class Database:
         self.key_reads = 0
         inserting: set[int] = set()
 
-        @event.listens_for(self.engine, "before_cursor_execute")
         def _executing(conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-            # PostgreSQL's writer first takes the chain's lock, SQLite's reads the head.
-            if (
-                "pg_advisory_xact_lock" in statement
-                or "ORDER BY audit_records.seq DESC" in statement
-            ):
-                self.batch_taken.set()
-            elif statement.lstrip().upper().startswith("INSERT INTO AUDIT_RECORDS"):
+            if conn.engine.url != self.engine.url:
+                return
+            if statement.lstrip().upper().startswith("INSERT INTO AUDIT_RECORDS"):
                 inserting.add(id(conn))
             elif (
                 statement.lstrip().upper().startswith("SELECT")
@@ -70,11 +67,28 @@ class Database:
             ):
                 self.key_reads += 1
 
-        @event.listens_for(self.engine, "commit")
         def _committed(conn: Any) -> None:
             if id(conn) in inserting:
                 inserting.discard(id(conn))
                 self.audit_commits += 1
+
+        self._listeners = [("before_cursor_execute", _executing), ("commit", _committed)]
+        for name, listener in self._listeners:
+            event.listen(Engine, name, listener)
+
+        @event.listens_for(self.engine, "before_cursor_execute")
+        def _writer_took_a_batch(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+            # PostgreSQL's writer first takes the chain's lock, SQLite's reads the head.
+            if (
+                "pg_advisory_xact_lock" in statement
+                or "ORDER BY audit_records.seq DESC" in statement
+            ):
+                self.batch_taken.set()
+
+    def close(self) -> None:
+        for name, listener in self._listeners:
+            event.remove(Engine, name, listener)
+        self.engine.dispose()
 
     def rows(self) -> list[AuditRecord]:
         with self.sessions() as session:
@@ -131,7 +145,7 @@ class Database:
 def db(database_url: str) -> Iterator[Database]:
     database = Database(database_url)
     yield database
-    database.engine.dispose()
+    database.close()
 
 
 def assert_one_contiguous_chain(db: Database, request_ids: list[str]) -> None:
