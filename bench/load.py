@@ -295,10 +295,12 @@ def render(
         f"have exactly one record; chain of {audit.chain_records} records "
         f"{'verifies' if audit.chain_ok else 'does NOT verify'} |",
         "",
-        "Reading: the engine runs at most 32 sequences at once and queues the rest, so with "
-        "more clients than that the time to first token is mostly time spent waiting in the "
-        "queue; inter-token latency is the gap between streamed chunks of one answer, which "
-        "grows with the batch.",
+        "Reading: the engine decodes at most `BASTION_ENGINE_MAX_SEQS` answers at once (64 "
+        "by default) and queues the rest, so with more clients than that the time to first "
+        "token is mostly time spent waiting in the queue; below it, the first text waits for "
+        "the output checks' hold-back window (48 characters) while every running answer "
+        "takes its turn a step; inter-token latency is the gap between streamed chunks of one "
+        "answer, which grows with the batch.",
     ]
     if audit.problems:
         lines += ["", "Audit problems: " + "; ".join(audit.problems[:5])]

@@ -73,6 +73,8 @@ def engine_config(settings: Settings) -> EngineConfig:
         native_cache_dir=settings.native_cache_dir,
         speculative_tokens=settings.speculative_tokens,
     )
+    if settings.engine_max_seqs is not None:
+        config = replace(config, max_num_seqs=settings.engine_max_seqs)
     if settings.kv_cache_mb is None:
         return config
     return replace(config, kv_cache_mb=settings.kv_cache_mb)

@@ -68,6 +68,15 @@ class Settings(BaseSettings):
         description="Intra-op threads of the engine on CPU; default: every core. Fewer leave "
         "cores to other processes on a shared machine.",
     )
+    engine_max_seqs: int | None = Field(
+        default=None,
+        ge=1,
+        # Each decoding answer takes one token of the engine's per-step budget (512).
+        le=512,
+        description="The most answers the engine decodes at once (the rest wait in its "
+        "queue); default: the engine's (64). More shortens the wait for a first token and "
+        "lengthens the gaps between tokens.",
+    )
     speculative_tokens: int = Field(
         default=4,
         ge=0,

@@ -1,6 +1,6 @@
-"""How `BASTION_ENGINE_WEIGHTS`, `BASTION_ENGINE_THREADS`, `BASTION_KV_CACHE_MB` and the
-native decode settings reach the engine's config (the engine resolves `auto` weights
-itself: tests/engine/test_config.py)."""
+"""How `BASTION_ENGINE_WEIGHTS`, `BASTION_ENGINE_THREADS`, `BASTION_ENGINE_MAX_SEQS`,
+`BASTION_KV_CACHE_MB` and the native decode settings reach the engine's config (the engine
+resolves `auto` weights itself: tests/engine/test_config.py)."""
 
 from __future__ import annotations
 
@@ -70,6 +70,16 @@ def test_threads_setting_reaches_the_engine(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("BASTION_ENGINE_THREADS", "2")
     config = engine_config(Settings())
     assert config.num_threads == 2 and config.threads_for("cpu") == 2
+
+
+def test_max_seqs_setting_reaches_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert engine_config(Settings()).max_num_seqs == 64
+    monkeypatch.setenv("BASTION_ENGINE_MAX_SEQS", "16")
+    assert engine_config(Settings()).max_num_seqs == 16
+    for refused in ("0", "513"):  # more than the per-step budget could ever decode
+        monkeypatch.setenv("BASTION_ENGINE_MAX_SEQS", refused)
+        with pytest.raises(ValidationError, match="engine_max_seqs"):
+            Settings()
 
 
 def test_zero_threads_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
