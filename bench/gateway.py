@@ -41,7 +41,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from doc_section import write_section  # noqa: E402  (bench/ is on the path)
-from load import QUESTIONS, Server, start_server, stop_server  # noqa: E402
+from load import Server, start_server, stop_server  # noqa: E402
+from shared_prompt import questions, shared_system_message  # noqa: E402
 
 from engine import (  # noqa: E402
     ChatMessage,
@@ -56,8 +57,6 @@ from gateway.db.connection import make_db_engine, make_session_factory  # noqa: 
 from gateway.keys.store import create_key  # noqa: E402
 from gateway.services import load_engine  # noqa: E402
 from gateway.settings import Settings  # noqa: E402
-from guardrails.train_injection import SHARED_DATA  # noqa: E402
-from retrieval import smart_format  # noqa: E402
 
 CHAT_PATH = "/v1/chat/completions"
 MAX_TOKENS = 96
@@ -80,20 +79,6 @@ TOPICS = {
         },
     ],
 }
-
-
-def questions(count: int) -> list[str]:
-    """`count` distinct questions over the sample corpus (no two share a whole prompt)."""
-    return [f"{QUESTIONS[i % len(QUESTIONS)]} (ticket {1000 + i})" for i in range(count)]
-
-
-def shared_system_message(tokens: int = 800) -> str:
-    """About 800 tokens of engineering notes (Cranfield abstracts): the client's own
-    system message that 15 concurrent requests share."""
-    abstracts = smart_format.texts(SHARED_DATA / "retrieval" / "cranfield" / "cran.all.1400", 80)
-    words = " ".join(abstracts[:20]).split()
-    # SmolLM2's tokenizer gives about 1.3 tokens a word on this prose.
-    return "Use these engineering notes when you answer.\n" + " ".join(words[: int(tokens / 1.3)])
 
 
 @dataclass
