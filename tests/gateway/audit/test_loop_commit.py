@@ -17,23 +17,11 @@ from sqlalchemy import Engine
 
 import gateway.audit.log as audit_log_module
 from gateway.audit.chain import verify_chain
-from gateway.audit.log import AuditEntry, AuditLog
+from gateway.audit.log import AuditLog
 from gateway.audit.loop_commit import LoopGroupCommit
 from gateway.db.connection import loop_twin, make_db_engine, make_session_factory
 from gateway.db.migrations import upgrade_database
-
-
-def entry(name: str) -> AuditEntry:
-    return AuditEntry(
-        request_id=name,
-        endpoint="/v1/chat/completions",
-        outcome="ok",
-        status_code=200,
-        tenant="acme",
-        key_id="key_a",
-        prompt_text=f"prompt of {name}",
-        store_content=True,
-    )
+from tests.gateway.audit.test_group_commit import entry
 
 
 def sqlite_file(tmp_path: Path) -> tuple[Path, Engine]:
@@ -62,11 +50,12 @@ def test_records_of_one_loop_iteration_are_written_together_without_a_thread(
     earlier = writer_threads()  # other tests' logs'
 
     async def write_all() -> list[str]:
-        rows = await asyncio.gather(*(log.record_async(entry(name)) for name in names))
+        kept = [entry(name, text_kept=True) for name in names]
+        rows = await asyncio.gather(*(log.record_async(e) for e in kept))
         return [row.request_id for row in rows]
 
     assert asyncio.run(write_all()) == names
-    asyncio.run(log.record_async(entry("alone")))
+    asyncio.run(log.record_async(entry("alone", text_kept=True)))
     assert writer_threads() <= earlier  # no thread was started for them
     report = verify_chain(sessions)
     assert report.ok, report.problems
@@ -83,7 +72,8 @@ def test_a_busy_file_hands_the_records_to_the_writer_thread(tmp_path: Path) -> N
     earlier = writer_threads()
 
     async def write_while_held() -> list[str]:
-        tasks = [asyncio.ensure_future(log.record_async(entry(f"held_{n}"))) for n in range(5)]
+        held = [entry(f"held_{n}", text_kept=True) for n in range(5)]
+        tasks = [asyncio.ensure_future(log.record_async(e)) for e in held]
         await asyncio.sleep(0.3)
         assert not any(task.done() for task in tasks)  # waiting, on the thread
         assert writer_threads() - earlier
@@ -112,7 +102,7 @@ def test_the_wal_is_checkpointed_on_a_thread_every_so_many_commits(
 
     async def write(names: list[str]) -> None:
         for name in names:  # one commit each
-            await log.record_async(entry(name))
+            await log.record_async(entry(name, text_kept=True))
 
     asyncio.run(write(["one", "two"]))
     # The loop's engine does not checkpoint: the records are in the WAL only.
