@@ -73,11 +73,12 @@ def engine_config(settings: Settings) -> EngineConfig:
         native_cache_dir=settings.native_cache_dir,
         speculative_tokens=settings.speculative_tokens,
     )
+    # Settings left unset keep the engine's own defaults.
     if settings.engine_max_seqs is not None:
         config = replace(config, max_num_seqs=settings.engine_max_seqs)
-    if settings.kv_cache_mb is None:
-        return config
-    return replace(config, kv_cache_mb=settings.kv_cache_mb)
+    if settings.kv_cache_mb is not None:
+        config = replace(config, kv_cache_mb=settings.kv_cache_mb)
+    return config
 
 
 def load_engine(settings: Settings) -> Engine:

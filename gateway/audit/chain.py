@@ -125,18 +125,16 @@ class AuditChain:
     def append_many(self, build: RecordsBuilder) -> list[AppendedRecord]:
         """Link the records `build` makes, in order, in one transaction: contiguous `seq`s,
         one commit. A conflict with another writer retries them all on top of the winner."""
-        last_error: Exception | None = None
         with self._local:
             for attempt in range(_APPEND_ATTEMPTS):
-                try:
-                    return self._append_once(build)
-                except (IntegrityError, OperationalError) as exc:
-                    self._last_written = None
-                    if not is_write_conflict(exc):
-                        raise AuditWriteError(f"could not append the audit record: {exc}") from exc
-                    last_error = exc
-                    time.sleep(min(0.002 * (attempt + 1), 0.05))
-        raise AuditWriteError(f"could not append the audit record: {last_error}")
+                appended = self._attempt(build, self._engine)
+                if appended is not None:
+                    return appended
+                time.sleep(min(0.002 * (attempt + 1), 0.05))
+        raise AuditWriteError(
+            "could not append the audit record: other writers kept taking the chain's head "
+            f"({_APPEND_ATTEMPTS} attempts)"
+        )
 
     @property
     def appends_without_waiting(self) -> bool:
@@ -152,12 +150,7 @@ class AuditChain:
         if not self._local.acquire(blocking=False):
             return None
         try:
-            return self._append_once(build, self._loop_engine)
-        except (IntegrityError, OperationalError) as exc:
-            self._last_written = None
-            if is_write_conflict(exc):
-                return None
-            raise AuditWriteError(f"could not append the audit record: {exc}") from exc
+            return self._attempt(build, self._loop_engine)
         finally:
             self._local.release()
 
@@ -167,18 +160,24 @@ class AuditChain:
         with self._engine.connect() as connection:
             connection.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
 
-    def _append_once(
-        self, build: RecordsBuilder, engine: Engine | None = None
-    ) -> list[AppendedRecord]:
-        with (engine or self._engine).begin() as connection:
-            lock_chain(connection)
-            records = build(connection)
-            if not records:
-                return []
-            head = self._last_written
-            if head is None or self._reads_head:
-                head = chain_head(connection)
-            rows = _insert_linked(connection, records, head)
+    def _attempt(self, build: RecordsBuilder, engine: Engine) -> list[AppendedRecord] | None:
+        """One transaction through `engine`, under `_local`: its records, or None when
+        another writer got there first (nothing written). Any other failure raises."""
+        try:
+            with engine.begin() as connection:
+                lock_chain(connection)
+                records = build(connection)
+                if not records:
+                    return []
+                head = self._last_written
+                if head is None or self._reads_head:
+                    head = chain_head(connection)
+                rows = _insert_linked(connection, records, head)
+        except (IntegrityError, OperationalError) as exc:
+            self._last_written = None
+            if is_write_conflict(exc):
+                return None
+            raise AuditWriteError(f"could not append the audit record: {exc}") from exc
         self._last_written = (rows[-1]["seq"], rows[-1]["record_hash"])
         return [AppendedRecord.of(row) for row in rows]
 
