@@ -19,6 +19,9 @@ order of the sides turns from round to round. Tenants:
 Added latency is the median through Bastion minus the median direct, for the time to the
 first token and for the whole answer, per round; the report gives the median over rounds.
 
+The client's heap is frozen once both servers are warm: a full collection of it would
+stop the client for about 200 ms in whichever round it fell, a pause that is not Bastion's.
+
 llama-server's own times move with the machine's load by more than the goal's 20 ms, so
 `--upstream paced` puts bench/paced_upstream.py in its place: first token 100 ms after the
 request, then one every 25 ms, whatever the load; what is added over it is Bastion's.
@@ -29,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import gc
 import json
 import os
 import platform
@@ -306,6 +310,8 @@ def main() -> None:
             ]  # fmt: skip
             for side in sides:  # warm both servers and every tenant's caches
                 asyncio.run(run_side(side, QUESTIONS[:2], concurrent=False))
+            gc.collect()  # the client's heap, frozen (see above)
+            gc.freeze()
             rows: dict[tuple[str, str], list[tuple[float, float]]] = {}
             for number in range(rounds):
                 print(f"round {number + 1}/{rounds}", file=sys.stderr)

@@ -15,9 +15,8 @@ from gateway.chat.schemas import ChatCompletionRequest, ModelList
 from gateway.chat.service import ChatService
 from gateway.chat.stream import AnswerStream
 from gateway.http.auth import CHAT_ROLES, IdentityDep, ServicesDep, require_roles
-from gateway.http.body import require_json
+from gateway.http.guards import MODEL_CALL_GUARD
 from gateway.http.openapi_docs import BEARER_SECURITY, errors
-from gateway.limits.quotas import admit_guard
 from gateway.policy.runtime import policy_for
 
 CHAT_PATH = "/v1/chat/completions"
@@ -32,7 +31,7 @@ async def list_models(services: ServicesDep) -> ModelList:
     "/chat/completions",
     status_code=200,
     # Every request is audited once by the middleware, denials included.
-    guards=[require_roles(CHAT_ROLES, audit_denials=False), admit_guard, require_json],
+    guards=[MODEL_CALL_GUARD],
     middleware=[audit_every_request(CHAT_PATH)],
     responses=errors(400, 404, 413, 415, 429, 502, 504),
 )

@@ -14,11 +14,10 @@ from gateway.completions.openai_format import completion_body
 from gateway.completions.schemas import CompletionRequest
 from gateway.completions.service import CompletionService
 from gateway.completions.stream import CompletionStream
-from gateway.http.auth import CHAT_ROLES, IdentityDep, ServicesDep, require_roles
-from gateway.http.body import require_json
+from gateway.http.auth import IdentityDep, ServicesDep
 from gateway.http.event_stream import StreamRecord
+from gateway.http.guards import MODEL_CALL_GUARD
 from gateway.http.openapi_docs import BEARER_SECURITY, errors
-from gateway.limits.quotas import admit_guard
 from gateway.policy.runtime import policy_for
 
 COMPLETIONS_PATH = "/v1/completions"
@@ -28,7 +27,7 @@ COMPLETIONS_PATH = "/v1/completions"
     "/completions",
     status_code=200,
     # Every request is audited once by the middleware, denials included.
-    guards=[require_roles(CHAT_ROLES, audit_denials=False), admit_guard, require_json],
+    guards=[MODEL_CALL_GUARD],
     middleware=[audit_every_request(COMPLETIONS_PATH, event="text_completion")],
     responses=errors(400, 404, 413, 415, 429, 502, 504),
 )

@@ -10,10 +10,9 @@ from litestar.params import JSONBody
 from gateway.audit.request_audit import audit_every_request, caller_audit
 from gateway.embeddings.schemas import EmbeddingList, EmbeddingRequest
 from gateway.embeddings.service import EMBEDDING_EVENT, EmbeddingService
-from gateway.http.auth import CHAT_ROLES, IdentityDep, ServicesDep, require_roles
-from gateway.http.body import require_json
+from gateway.http.auth import IdentityDep, ServicesDep
+from gateway.http.guards import MODEL_CALL_GUARD
 from gateway.http.openapi_docs import BEARER_SECURITY, errors
-from gateway.limits.quotas import admit_guard
 from gateway.policy.runtime import policy_for
 
 EMBEDDINGS_PATH = "/v1/embeddings"
@@ -23,7 +22,7 @@ EMBEDDINGS_PATH = "/v1/embeddings"
     "/embeddings",
     status_code=200,
     # Every request is audited once by the middleware, denials included.
-    guards=[require_roles(CHAT_ROLES, audit_denials=False), admit_guard, require_json],
+    guards=[MODEL_CALL_GUARD],
     middleware=[audit_every_request(EMBEDDINGS_PATH, event=EMBEDDING_EVENT)],
     responses=errors(400, 404, 413, 415, 429),
 )
