@@ -107,5 +107,5 @@ async def _refuse(scope: Scope) -> None:
     services: Services | None = Litestar.from_scope(scope).state.get("services")
     if services is not None:
         entry = refusal_entry(scope, "request.rejected", "rejected", error)
-        await asyncio.to_thread(services.audit.record, entry)
+        await services.audit.record_async(entry)
     raise error

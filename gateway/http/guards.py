@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from litestar.connection import ASGIConnection
@@ -15,13 +16,16 @@ from gateway.limits.quotas import admit_guard
 
 
 def in_turn(*guards: Guard) -> Guard:
-    """One guard that calls `guards` in order; the first that refuses ends the request."""
+    """One guard that calls `guards` (each sync or async) in order; the first that refuses
+    ends the request."""
 
     async def guard(
         connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler
     ) -> None:
         for each in guards:
-            await each(connection, handler)  # type: ignore[misc]
+            outcome = each(connection, handler)
+            if inspect.isawaitable(outcome):
+                await outcome
 
     return guard
 

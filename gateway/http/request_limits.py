@@ -6,8 +6,6 @@ oversized ones itself: with 431 in OpenAI's shape, and one audit record.
 
 from __future__ import annotations
 
-import asyncio
-
 from litestar import Litestar
 from litestar.types import ASGIApp, Receive, Scope, Send
 
@@ -40,5 +38,5 @@ async def _refuse(scope: Scope, size: int) -> None:
     services: Services | None = Litestar.from_scope(scope).state.get("services")
     if services is not None:
         entry = refusal_entry(scope, "request.rejected", "rejected", error)
-        await asyncio.to_thread(services.audit.record, entry)
+        await services.audit.record_async(entry)
     raise error

@@ -1,5 +1,5 @@
-"""Guards handed to Litestar as one: each runs in order, and the first that refuses stops
-the others."""
+"""Guards handed to Litestar as one: each runs in order, sync or async, and the first
+that refuses stops the others."""
 
 from __future__ import annotations
 
@@ -23,8 +23,11 @@ def test_guards_run_in_order_until_one_refuses() -> None:
 
         return check
 
-    asyncio.run(in_turn(guard("a"), guard("b"))("conn", "route"))
-    assert called == ["a:conn:route", "b:conn:route"]
+    def sync_guard(connection: Any, handler: Any) -> None:
+        called.append(f"sync:{connection}:{handler}")
+
+    asyncio.run(in_turn(guard("a"), sync_guard, guard("b"))("conn", "route"))
+    assert called == ["a:conn:route", "sync:conn:route", "b:conn:route"]
 
     called.clear()
     with pytest.raises(ApiError, match="b refused"):
