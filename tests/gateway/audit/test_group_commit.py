@@ -17,25 +17,12 @@ from sqlalchemy import Engine, event, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from gateway.audit.chain import AppendedRecord, AuditChain, AuditWriteError, verify_chain
-from gateway.audit.log import AuditEntry, AuditLog
+from gateway.audit.log import AuditLog
 from gateway.audit.subject_keys import TextOpener
 from gateway.db.connection import make_db_engine, make_session_factory
 from gateway.db.migrations import upgrade_database
 from gateway.db.models import AuditRecord
-
-
-def entry(name: str, subject: str = "key_a", text_kept: bool = False) -> AuditEntry:
-    return AuditEntry(
-        request_id=name,
-        endpoint="/v1/chat/completions",
-        outcome="ok",
-        status_code=200,
-        tenant="acme",
-        key_id=subject,
-        prompt_text=f"prompt of {name}",
-        answer_text=f"answer of {name}",
-        store_content=text_kept,
-    )
+from tests.support.audit_entries import entry
 
 
 class Database:

@@ -21,7 +21,7 @@ from gateway.audit.log import AuditLog
 from gateway.audit.loop_commit import LoopGroupCommit
 from gateway.db.connection import loop_twin, make_db_engine, make_session_factory
 from gateway.db.migrations import upgrade_database
-from tests.gateway.audit.test_group_commit import entry
+from tests.support.audit_entries import entry
 
 
 def sqlite_file(tmp_path: Path) -> tuple[Path, Engine]:
