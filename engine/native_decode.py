@@ -19,9 +19,22 @@ from engine.linear import Int8Linear, Linear
 from engine.llama import PagedLlama
 from engine.native_library import Layer, Model, Projection, load_library
 
-# The shape of the kernel's weight tiles (TILE_ROWS, TILE_DEPTH in decode_step.c).
-_TILE_ROWS = 4
-_TILE_DEPTH = 32
+
+@dataclass(frozen=True, slots=True)
+class PackShape:
+    """How the built kernel reads packed weights (`bastion_pack_shape` in decode_step.c):
+    int8 weights as `[out / rows][in / depth][rows][depth]`, and the scales as
+    `[out / rows][groups][rows]` where `scales_packed`, else row-major."""
+
+    rows: int
+    depth: int
+    scales_packed: bool
+
+    @classmethod
+    def of(cls, library: ctypes.CDLL) -> PackShape:
+        shape = (ctypes.c_int64 * 3)()
+        library.bastion_pack_shape(shape)
+        return cls(shape[0], shape[1], bool(shape[2]))
 
 
 def _int8(linear: Linear) -> Int8Linear:
@@ -40,18 +53,22 @@ class _Int8Weights:
     group: int
 
     @classmethod
-    def of(cls, linear: Linear, library: ctypes.CDLL) -> _Int8Weights:
-        """The kernel's copy of `linear`'s weights, packed tile by tile where it reads them
-        so: 4 rows by 32 features at a time, each tile one sequential stream."""
+    def of(cls, linear: Linear, library: ctypes.CDLL, pack: PackShape) -> _Int8Weights:
+        """The kernel's copy of `linear`'s weights, packed as it reads them where it packs
+        this shape (`pack`), else row-major."""
         int8 = _int8(linear)
         weight, group = int8.quantized, int8.group
         out, features = weight.shape
+        scales = int8.scales.float().contiguous()
         if library.bastion_packed_layout(out, features, group):
-            weight = int8.tiles(_TILE_ROWS, _TILE_DEPTH)
+            weight = int8.tiles(pack.rows, pack.depth)
+            if pack.scales_packed:
+                rows = pack.rows
+                scales = scales.view(out // rows, rows, -1).transpose(1, 2).contiguous()
         elif int8.tiled:
             raise ValueError("int8 weights tiled for a native step of another layout")
         bias = None if int8.bias is None else int8.bias.float().contiguous()
-        return cls(weight, int8.scales.float().contiguous(), bias, group)
+        return cls(weight, scales, bias, group)
 
     def struct(self) -> Projection:
         out, features = self.weight.shape
@@ -92,17 +109,18 @@ class NativeDecoder:
 
         # Everything the struct points to must outlive it: keep a reference to each tensor.
         self._keep: list[torch.Tensor | _Int8Weights | ctypes.Array[Layer]] = []
+        pack = PackShape.of(library)
         layers = (Layer * shape.num_layers)()
         for struct, layer, cache in zip(layers, model.layers, pool.layers, strict=True):
             norms = (f32(layer.input_norm), f32(layer.post_norm))
             linears = (layer.qkv, layer.o, layer.gate_up, layer.down)
-            projections = [_Int8Weights.of(p, library) for p in linears]
+            projections = [_Int8Weights.of(p, library, pack) for p in linears]
             self._keep += [*norms, *projections]
             struct.input_norm, struct.post_norm = (n.data_ptr() for n in norms)
             struct.qkv, struct.o, struct.gate_up, struct.down = (p.struct() for p in projections)
             struct.k_cache, struct.v_cache = cache.keys.data_ptr(), cache.values.data_ptr()
         cos, sin, final_norm = f32(model.cos), f32(model.sin), f32(model.final_norm)
-        lm_head = _Int8Weights.of(model.lm_head, library)
+        lm_head = _Int8Weights.of(model.lm_head, library, pack)
         intermediate = _int8(model.layers[0].down).quantized.shape[1]
         self._keep += [cos, sin, final_norm, lm_head, layers]
         self._model = Model(

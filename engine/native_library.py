@@ -30,7 +30,7 @@ log = structlog.get_logger(__name__)
 SOURCE = Path(__file__).with_name("native") / "decode_step.c"
 # BASTION_ABI_VERSION in decode_step.c: bumped together with any change to the structs
 # below or to an exported function's signature.
-ABI_VERSION = 1
+ABI_VERSION = 2
 _COMPILE_FLAGS = ("-O3", "-march=native", "-pthread", "-shared", "-fPIC")
 
 _int64 = ctypes.c_int64
@@ -160,6 +160,8 @@ def _declare(library: ctypes.CDLL) -> None:
     """The exported functions' signatures, for ctypes to convert the arguments."""
     library.bastion_packed_layout.restype = ctypes.c_int
     library.bastion_packed_layout.argtypes = [_int64, _int64, _int64]
+    library.bastion_pack_shape.restype = None
+    library.bastion_pack_shape.argtypes = [ctypes.POINTER(_int64)]
     step = library.bastion_decode_step
     step.restype = ctypes.c_int
     step.argtypes = [ctypes.POINTER(Model), _int64, _ptr, _ptr, _ptr, _int64, _ptr, ctypes.c_int]

@@ -52,7 +52,7 @@ typedef struct {
 
 /* Bump with any change to a struct above or to an exported function's signature, and
  * ABI_VERSION in engine/native_library.py with it. */
-#define BASTION_ABI_VERSION 1
+#define BASTION_ABI_VERSION 2
 
 /* What engine/native_library.py checks before it calls anything else: the ABI version,
  * then the sizes of the structs it mirrors by hand with ctypes. A build that answers
@@ -96,58 +96,68 @@ static void quantize_row(const float *x, int64_t K, int32_t limit, int16_t *q, f
 }
 
 #if defined(__AVX512F__) && defined(__AVX512VNNI__)
-#define TILE_ROWS 4
-#define TILE_DEPTH 32
-/* Tokens per tile: with 4 rows, 2 keep the int32 and float32 sums in registers (4 spilled:
- * 16 decodes 37 against 30 ms a step). */
-#define TILE_TOKENS 2
+/* Packed [out / 16][in / 2][16][2]: one 32-byte load holds 16 output rows' weights for a pair
+ * of features, and lane r of the widened vector holds row r's pair. Broadcasting a token's
+ * activation pair to every lane, vpdpwssd adds both products into row r's lane, so the
+ * rows' sums stay in lanes: a scale group ends with one fma for 16 rows (a [4 rows x 32
+ * features] tile needed one a row, as many as its multiply-adds), and no horizontal sum. */
+#define PACK_ROWS 16
+#define PACK_DEPTH 2
+#define SCALES_PACKED 1
+#define TILE_OUT PACK_ROWS
+/* Tokens per tile: 8 keep 16 int32 and 8 float32 sums in registers, and each widened
+ * weight vector serves all 8. Against tiles of 32 rows by 4 tokens, a step of 8 rows of one
+ * sequence took 15.2-16.5 ms against 17.6-19.7 (a row alone 6.1-6.3 against 7.7-7.9). */
+#define TILE_TOKENS 8
 #define PREFETCH_BYTES 1024
-/* A tile of 4 weight rows by NB <= TILE_TOKENS tokens: each weight vector is loaded and
- * widened once. The weights are packed tile by tile ([out / 4][in / 32][4][32], see
- * bastion_packed_layout), so that one tile's bytes are one sequential stream. Exact int32
- * sums within a scale group, scaled into float32 sums at its end. */
+/* Rows n0 .. n0 + 15 for NB <= TILE_TOKENS tokens. The scales are packed like the
+ * weights, [out / 16][groups][16]. Exact int32 sums within a scale group (two sets, so
+ * that successive multiply-adds do not wait on each other), scaled into float32 at its
+ * end. */
 static inline __attribute__((always_inline)) void tile(
     const Projection *p, int64_t n0, const int16_t *xq, const float *xs, int64_t b0, int NB,
     float *y, int64_t ldy) {
-    const int64_t K = p->in, groups = K / p->group, depth = p->group / TILE_DEPTH;
-    __m512 sum[TILE_ROWS][TILE_TOKENS];
-    for (int i = 0; i < TILE_ROWS; i++)
-        for (int j = 0; j < NB; j++) sum[i][j] = _mm512_setzero_ps();
+    const int64_t K = p->in, G = p->group, groups = K / G;
     const int8_t *w = p->weight + n0 * K;
     const float *scale = p->scale + n0 * groups;
+    __m512 sum[TILE_TOKENS];
+    for (int j = 0; j < NB; j++) sum[j] = _mm512_setzero_ps();
     for (int64_t g = 0, k = 0; g < groups; g++) {
-        __m512i acc[TILE_ROWS][TILE_TOKENS];
-        for (int i = 0; i < TILE_ROWS; i++)
-            for (int j = 0; j < NB; j++) acc[i][j] = _mm512_setzero_si512();
-        for (int64_t d = 0; d < depth; d++, k += TILE_DEPTH, w += TILE_ROWS * TILE_DEPTH) {
-            _mm_prefetch((const char *)(w + PREFETCH_BYTES), _MM_HINT_T0);
-            _mm_prefetch((const char *)(w + PREFETCH_BYTES + 64), _MM_HINT_T0);
-            __m512i wv[TILE_ROWS];
-            for (int i = 0; i < TILE_ROWS; i++)
-                wv[i] = _mm512_cvtepi8_epi16(
-                    _mm256_loadu_si256((const __m256i *)(w + i * TILE_DEPTH)));
+        __m512i even[TILE_TOKENS], odd[TILE_TOKENS];
+        for (int j = 0; j < NB; j++) even[j] = odd[j] = _mm512_setzero_si512();
+        for (const int64_t end = k + G; k < end; k += 4) {
+            const int8_t *at = w + k * PACK_ROWS;
+            _mm_prefetch((const char *)(at + PREFETCH_BYTES), _MM_HINT_T0);
+            const __m512i w0 = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)at));
+            const __m512i w1 =
+                _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(at + 32)));
             for (int j = 0; j < NB; j++) {
-                __m512i xv = _mm512_loadu_si512((const void *)(xq + (b0 + j) * K + k));
-                for (int i = 0; i < TILE_ROWS; i++)
-                    acc[i][j] = _mm512_dpwssd_epi32(acc[i][j], wv[i], xv);
+                int32_t pair0, pair1;
+                memcpy(&pair0, xq + (b0 + j) * K + k, sizeof pair0);
+                memcpy(&pair1, xq + (b0 + j) * K + k + 2, sizeof pair1);
+                even[j] = _mm512_dpwssd_epi32(even[j], w0, _mm512_set1_epi32(pair0));
+                odd[j] = _mm512_dpwssd_epi32(odd[j], w1, _mm512_set1_epi32(pair1));
             }
         }
-        for (int i = 0; i < TILE_ROWS; i++) {
-            __m512 s = _mm512_set1_ps(scale[i * groups + g]);
-            for (int j = 0; j < NB; j++)
-                sum[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][j]), s, sum[i][j]);
-        }
-    }
-    for (int i = 0; i < TILE_ROWS; i++) {
-        float b = p->bias ? p->bias[n0 + i] : 0.0f;
+        const __m512 s = _mm512_loadu_ps(scale + g * PACK_ROWS);
         for (int j = 0; j < NB; j++)
-            y[(b0 + j) * ldy + n0 + i] = _mm512_reduce_add_ps(sum[i][j]) * xs[b0 + j] + b;
+            sum[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(even[j], odd[j])), s,
+                                     sum[j]);
     }
+    const __m512 bias = p->bias ? _mm512_loadu_ps(p->bias + n0) : _mm512_setzero_ps();
+    for (int j = 0; j < NB; j++)
+        _mm512_storeu_ps(y + (b0 + j) * ldy + n0,
+                         _mm512_fmadd_ps(sum[j], _mm512_set1_ps(xs[b0 + j]), bias));
 }
 #define FAST_TILES 1
 #elif defined(__AVX2__) && defined(__FMA__)
-#define TILE_ROWS 4
-#define TILE_DEPTH 32
+/* Packed [out / 4][in / 32][4][32]: each tile's bytes one sequential stream. */
+#define PACK_ROWS 4
+#define PACK_DEPTH 32
+#define SCALES_PACKED 0
+#define TILE_ROWS PACK_ROWS
+#define TILE_DEPTH PACK_DEPTH
+#define TILE_OUT TILE_ROWS
 /* Tokens per tile: each widened weight vector serves both before the next is loaded. */
 #define TILE_TOKENS 2
 #define PREFETCH_BYTES 1024
@@ -156,8 +166,10 @@ static inline float sum8(__m256 v) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
-/* The AVX-512 tile above on AVX2: the same packed layout, int8 weights widened to int16
- * and multiplied into exact int32 pair sums (vpmaddwd), 16 products per instruction. */
+/* A tile of 4 weight rows by NB <= TILE_TOKENS tokens, int8 weights widened to int16 and
+ * multiplied into exact int32 pair sums (vpmaddwd), 16 products per instruction; each
+ * weight vector is loaded and widened once. Exact int32 sums within a scale group, scaled
+ * into float32 sums at its end. */
 static inline __attribute__((always_inline)) void tile(
     const Projection *p, int64_t n0, const int16_t *xq, const float *xs, int64_t b0, int NB,
     float *y, int64_t ldy) {
@@ -203,10 +215,23 @@ static inline __attribute__((always_inline)) void tile(
 #define FAST_TILES 1
 #endif
 
-/* Whether a projection of this shape must be packed tile by tile (else row-major). */
+/* How packed weights are laid out: [out / rows][in / depth][rows][depth] int8 weights,
+ * then whether the scales are packed as [out / rows][in / group][rows] (else [out][in /
+ * group]). All 0 where every projection stays row-major. */
+void bastion_pack_shape(int64_t shape[3]) {
+#ifdef FAST_TILES
+    shape[0] = PACK_ROWS;
+    shape[1] = PACK_DEPTH;
+    shape[2] = SCALES_PACKED;
+#else
+    shape[0] = shape[1] = shape[2] = 0;
+#endif
+}
+
+/* Whether a projection of this shape must be packed (else row-major). */
 int bastion_packed_layout(int64_t out, int64_t in, int64_t group) {
 #ifdef FAST_TILES
-    return out % TILE_ROWS == 0 && in % group == 0 && group % TILE_DEPTH == 0;
+    return out % TILE_OUT == 0 && in % group == 0 && group % 32 == 0;
 #else
     (void)out;
     (void)in;
@@ -229,12 +254,33 @@ static void project(const Projection *p, const int16_t *xq, const float *xs, int
     int64_t lo, hi;
 #ifdef FAST_TILES
     if (bastion_packed_layout(N, K, p->group)) {
-        span(tid, threads, N / TILE_ROWS, &lo, &hi);
-        for (int64_t n0 = lo * TILE_ROWS; n0 < hi * TILE_ROWS; n0 += TILE_ROWS) {
+        span(tid, threads, N / TILE_OUT, &lo, &hi);
+        for (int64_t n0 = lo * TILE_OUT; n0 < hi * TILE_OUT; n0 += TILE_OUT) {
             int64_t b0 = 0;
             for (; b0 + TILE_TOKENS <= batch; b0 += TILE_TOKENS)
                 tile(p, n0, xq, xs, b0, TILE_TOKENS, y, ldy);
-            for (; b0 < batch; b0++) tile(p, n0, xq, xs, b0, 1, y, ldy);
+            switch (batch - b0) { /* the rest in one pass: a constant NB each, inlined */
+#if TILE_TOKENS > 7
+            case 7: tile(p, n0, xq, xs, b0, 7, y, ldy); break;
+#endif
+#if TILE_TOKENS > 6
+            case 6: tile(p, n0, xq, xs, b0, 6, y, ldy); break;
+#endif
+#if TILE_TOKENS > 5
+            case 5: tile(p, n0, xq, xs, b0, 5, y, ldy); break;
+#endif
+#if TILE_TOKENS > 4
+            case 4: tile(p, n0, xq, xs, b0, 4, y, ldy); break;
+#endif
+#if TILE_TOKENS > 3
+            case 3: tile(p, n0, xq, xs, b0, 3, y, ldy); break;
+#endif
+#if TILE_TOKENS > 2
+            case 2: tile(p, n0, xq, xs, b0, 2, y, ldy); break;
+#endif
+            case 1: tile(p, n0, xq, xs, b0, 1, y, ldy); break;
+            default: break;
+            }
         }
         return;
     }

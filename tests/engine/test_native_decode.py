@@ -14,7 +14,7 @@ from engine.kv_pool import KVPool
 from engine.linear import Int8Linear
 from engine.llama import PagedLlama
 from engine.model_runner import ModelRunner
-from engine.native_decode import NativeDecoder
+from engine.native_decode import NativeDecoder, PackShape
 from engine.native_library import load_library
 from engine.standalone import StandaloneSequence
 from tests.engine.conftest import (
@@ -217,9 +217,12 @@ def test_native_decoders_over_one_model_share_its_one_int8_copy() -> None:
         assert decoder._model.layers[0].qkv.weight == qkv.quantized.data_ptr()
     torch.testing.assert_close(second, first, rtol=0, atol=0)
     if library.bastion_packed_layout(out, features, qkv.group):
-        # The same bytes, tile by tile (4 rows by 32 features): re-laid, not requantized.
+        # The same bytes, as the kernel packs them (e.g. 16 rows by 2 features): re-laid,
+        # not requantized.
         assert qkv.tiled
-        tiles = qkv.quantized.view(out // 4, features // 32, 4, 32)
+        pack = PackShape.of(library)
+        rows, depth = pack.rows, pack.depth
+        tiles = qkv.quantized.view(out // rows, features // depth, rows, depth)
         assert torch.equal(tiles.permute(0, 2, 1, 3).reshape(out, features), row_major)
     else:
         assert not qkv.tiled and torch.equal(qkv.quantized, row_major)
