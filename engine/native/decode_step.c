@@ -392,7 +392,22 @@ static void swiglu(const float *gate, const float *up, float *out, int64_t n) {
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 #define MAX_GROUP 16
 #define MAX_HEAD_DIM 256
-/* Scores of `group` query heads against a bf16 K head, two bf16 products per lane. */
+/* Sums of the lanes of a, b, c, d, in that order. */
+static inline __m128 sum4x16(__m512 a, __m512 b, __m512 c, __m512 d) {
+    /* 128-bit blocks: [a0+a2, a1+a3, b0+b2, b1+b3] and the same of c, d; then each block
+     * the four lanes of one input's partial sums; then each lane of a block their total. */
+    __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+    __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
+    __m512 all = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88),
+                               _mm512_shuffle_f32x4(ab, cd, 0xDD));
+    all = _mm512_add_ps(all, _mm512_permute_ps(all, 0x4E));
+    all = _mm512_add_ps(all, _mm512_permute_ps(all, 0xB1));
+    const __m512i firsts = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
+    return _mm512_castps512_ps128(_mm512_permutexvar_ps(firsts, all));
+}
+
+/* Scores of `group` query heads against a bf16 K head, two bf16 products per lane; four
+ * positions' lanes summed together (a horizontal sum each cost more than its products). */
 static void scores_bf16(const float *q, int64_t group, int64_t D, const uint16_t *k_head,
                         const int64_t *slots, int64_t len, float scale, float *s) {
     __m512bh qv[MAX_GROUP][MAX_HEAD_DIM / 32];
@@ -402,33 +417,83 @@ static void scores_bf16(const float *q, int64_t group, int64_t D, const uint16_t
             const float *src = q + i * D + v * 32;
             qv[i][v] = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + 16), _mm512_loadu_ps(src));
         }
-    for (int64_t t = 0; t < len; t++) {
+    const __m128 scale4 = _mm_set1_ps(scale);
+    int64_t t = 0;
+    for (; t + 4 <= len; t += 4) {
+        const uint16_t *key[4];
+        for (int u = 0; u < 4; u++) key[u] = k_head + slots[t + u] * D;
+        for (int64_t i = 0; i < group; i++) {
+            __m512 acc[4];
+            for (int u = 0; u < 4; u++) {
+                acc[u] = _mm512_setzero_ps();
+                for (int64_t v = 0; v < nv; v++)
+                    acc[u] = _mm512_dpbf16_ps(
+                        acc[u], qv[i][v], (__m512bh)_mm512_loadu_si512(key[u] + v * 32));
+            }
+            _mm_storeu_ps(s + i * len + t,
+                          _mm_mul_ps(sum4x16(acc[0], acc[1], acc[2], acc[3]), scale4));
+        }
+    }
+    for (; t < len; t++) {
         const uint16_t *key = k_head + slots[t] * D;
-        __m512bh kv[MAX_HEAD_DIM / 32];
-        for (int64_t v = 0; v < nv; v++) kv[v] = (__m512bh)_mm512_loadu_si512(key + v * 32);
         for (int64_t i = 0; i < group; i++) {
             __m512 acc = _mm512_setzero_ps();
-            for (int64_t v = 0; v < nv; v++) acc = _mm512_dpbf16_ps(acc, qv[i][v], kv[v]);
+            for (int64_t v = 0; v < nv; v++)
+                acc = _mm512_dpbf16_ps(acc, qv[i][v], (__m512bh)_mm512_loadu_si512(key + v * 32));
             s[i * len + t] = _mm512_reduce_add_ps(acc) * scale;
         }
     }
 }
 
-/* out[i] = sum_t p[i][t] * V[slots[t]] for each of `group` heads, bf16 V. */
+/* out[h] += sum_t p[h][t] * V[slots[t]] over HEADS heads and CHUNKS * 16 dimensions from
+ * `first`, the sums in registers across all positions. */
+static inline __attribute__((always_inline)) void mix_block(
+    const float *p, int64_t D, const uint16_t *v_head, const int64_t *slots, int64_t len,
+    float *out, int64_t first, const int HEADS, const int CHUNKS) {
+    __m512 acc[4][4];
+    for (int h = 0; h < HEADS; h++)
+        for (int c = 0; c < CHUNKS; c++) acc[h][c] = _mm512_setzero_ps();
+    for (int64_t t = 0; t < len; t++) {
+        const uint16_t *value = v_head + slots[t] * D + first;
+        __m512 v[4];
+        for (int c = 0; c < CHUNKS; c++)
+            v[c] = _mm512_castsi512_ps(_mm512_slli_epi32(
+                _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(value + 16 * c))),
+                16));
+        for (int h = 0; h < HEADS; h++) {
+            const __m512 weight = _mm512_set1_ps(p[h * len + t]);
+            for (int c = 0; c < CHUNKS; c++) acc[h][c] = _mm512_fmadd_ps(weight, v[c], acc[h][c]);
+        }
+    }
+    for (int h = 0; h < HEADS; h++)
+        for (int c = 0; c < CHUNKS; c++) _mm512_storeu_ps(out + h * D + first + 16 * c, acc[h][c]);
+}
+
+/* The same, CHUNKS fixed and the heads' count a constant in each call. */
+static inline __attribute__((always_inline)) void mix_heads(
+    const float *p, int64_t heads, int64_t D, const uint16_t *v_head, const int64_t *slots,
+    int64_t len, float *out, int64_t first, const int CHUNKS) {
+    switch (heads) {
+    case 1: mix_block(p, D, v_head, slots, len, out, first, 1, CHUNKS); break;
+    case 2: mix_block(p, D, v_head, slots, len, out, first, 2, CHUNKS); break;
+    case 3: mix_block(p, D, v_head, slots, len, out, first, 3, CHUNKS); break;
+    default: mix_block(p, D, v_head, slots, len, out, first, 4, CHUNKS); break;
+    }
+}
+
+/* out[i] = sum_t p[i][t] * V[slots[t]] for each of `group` heads, bf16 V: up to 4 heads by
+ * 64 dimensions at a time, so that the sums stay in registers (16 of them) while the V
+ * rows stream past; D % 32 == 0. */
 static void mix_bf16(const float *p, int64_t group, int64_t D, const uint16_t *v_head,
                      const int64_t *slots, int64_t len, float *out) {
-    memset(out, 0, sizeof(float) * group * D);
-    for (int64_t t = 0; t < len; t++) {
-        const uint16_t *value = v_head + slots[t] * D;
-        for (int64_t c = 0; c < D; c += 16) {
-            __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(
-                _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(value + c))), 16));
-            for (int64_t i = 0; i < group; i++) {
-                float *o = out + i * D + c;
-                _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_set1_ps(p[i * len + t]), v,
-                                                    _mm512_loadu_ps(o)));
-            }
-        }
+    for (int64_t h = 0; h < group; h += 4) {
+        const int64_t heads = group - h < 4 ? group - h : 4;
+        const float *ph = p + h * len;
+        float *oh = out + h * D;
+        int64_t first = 0;
+        for (; first + 64 <= D; first += 64)
+            mix_heads(ph, heads, D, v_head, slots, len, oh, first, 4);
+        if (first < D) mix_heads(ph, heads, D, v_head, slots, len, oh, first, 2);
     }
 }
 #define FAST_ATTENTION 1

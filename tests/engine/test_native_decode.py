@@ -44,8 +44,12 @@ def decode_once(
         {},  # packed weight tiles; vector attention where the KV pool is bf16
         {"hidden_size": 48, "intermediate_size": 100, "num_attention_heads": 4},  # portable
         {"attention_bias": True, "mlp_bias": True, "num_key_value_heads": 1},
+        # Head sizes the vector attention takes: 64 (SmolLM2's), and 96 with 5 query heads
+        # a K/V head (its sums kept 4 heads by 64 dimensions at a time, then the rest).
+        {"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 1},
+        {"hidden_size": 480, "num_attention_heads": 5, "num_key_value_heads": 1},
     ],
-    ids=["vector", "portable", "biases"],
+    ids=["vector", "portable", "biases", "head-64", "head-96"],
 )
 def test_native_step_matches_the_pytorch_step(dtype: torch.dtype, shape: dict[str, int]) -> None:
     hf = tiny_llama(seed=7, **shape)
