@@ -38,6 +38,7 @@ from engine import (
     resolve_engine_config,
 )
 from engine.model_source import load_pretrained
+from engine.spec_drafts import LONGEST_DRAFT
 from engine.tokenization import encode_chat
 from retrieval import smart_format
 
@@ -47,7 +48,7 @@ CRANFIELD = Path("/work/shared/data/retrieval/cranfield/cran.all.1400")
 RUNS = 3
 STREAMS = 16
 NEW_TOKENS = 128
-SPECULATIVE_TOKENS = 4
+SPECULATIVE_TOKENS = LONGEST_DRAFT
 SYSTEM = "Answer from the source below, quoting it word for word.\n\nSource:\n"
 
 

@@ -3,9 +3,9 @@
 A RAG answer copies runs of tokens from the sources in its prompt, and from itself. The
 automaton finds, in amortised constant time a token, the longest suffix of the sequence that
 occurred before and where it last ended; the tokens that followed it are the draft. Its
-length follows what a verification step costs in the native int8 kernel (about 1.0 for one
-row, 1.1 for 2, 1.5 for 3, 1.7 for 4, 2.5 for 5: its matmuls take two rows a pass), and how
-well the match predicts: a one-token match drafts one token, a longer one three.
+length follows what a verification step costs in the native int8 kernel (at a 600-token
+context about 1.0 for one row, 1.25 for 3, 1.35 for 4, 1.75 for 6, 2.2 for 8), and how
+well the match predicts: the longer the match, the longer the draft.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-# Draft lengths, so that a draft and the token before it fill whole two-row passes. On the
-# RAG answers of bench/speculative.py, drafting 3 after a match of two or more tokens and 1
-# after a match of one gave the most tokens a second of the policies tried (4 tokens at most,
-# as before: 1.46x modelled; 1 and 3: 1.63x; 5 after long matches: no better).
-SHORT_DRAFT = 1
-LONG_DRAFT = 3
-LONG_MATCH = 2
+# Draft lengths by the length of the match they continue, longest match first. On the RAG
+# answers of bench/speculative.py (one stream, two runs each), against the same engine
+# without drafts: 3 tokens after a match of 2 or more and 1 after a match of 1 gave
+# 1.80x/1.75x and 1.75x/1.92x; these, 1.84x/2.02x; 5 after a match of 4 or more,
+# 1.78x/1.84x and 1.93x/2.37x; 7 after a match of 4 or more, 1.75x/2.00x.
+DRAFT_BY_MATCH = ((8, 7), (4, 5), (2, 3), (1, 1))
+LONGEST_DRAFT = DRAFT_BY_MATCH[0][1]
 # A sequence whose drafts keep failing stops drafting for a while, longer each time. A
 # one-token draft's second row costs about a tenth of a step, so it pays while about one
 # draft in eight is accepted; pausing sooner cost more than it saved on the RAG answers.
@@ -30,6 +30,11 @@ _LONGEST_PAUSE_STEPS = 64
 # recent occurrence predicts better than the first (a phrase the answer already took from
 # one source continues as it did there), and the bound keeps a token's cost constant.
 _RECENCY_DEPTH = 64
+
+
+def draft_length(match: int) -> int:
+    """How many tokens to draft after a match of `match` >= 1 tokens."""
+    return next(draft for shortest, draft in DRAFT_BY_MATCH if match >= shortest)
 
 
 @dataclass(slots=True)
@@ -122,8 +127,7 @@ class SuffixDrafter:
         length, end = automaton.longest_repeat()
         if length == 0:
             return []
-        wanted = LONG_DRAFT if length >= LONG_MATCH else SHORT_DRAFT
-        wanted = min(wanted, self.max_tokens, limit)
+        wanted = min(draft_length(length), self.max_tokens, limit)
         return list(token_ids[end + 1 : end + 1 + wanted]) if wanted > 0 else []
 
     def record(self, drafted: int, accepted: int) -> None:

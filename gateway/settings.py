@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from engine.spec_drafts import LONGEST_DRAFT
 from gateway.db.connection import SqliteSynchronous
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -78,11 +79,11 @@ class Settings(BaseSettings):
         "lengthens the gaps between tokens.",
     )
     speculative_tokens: int = Field(
-        default=4,
+        default=LONGEST_DRAFT,
         ge=0,
         description="Longest prompt-lookup draft the engine verifies in one step "
         "(speculative decoding, engine/speculative.py; it drafts only while at most two "
-        "answers run, where verifying costs little more than a decode step: 1.5x one "
+        "answers run, where verifying costs little more than a decode step: about 1.8x one "
         "stream on RAG answers in docs/benchmarks.md); 0 turns it off. Policies can turn "
         "it off per tenant (`model.speculative_decoding`).",
     )

@@ -23,7 +23,7 @@ from engine import (
 )
 from engine.core import EngineCore
 from engine.sampling import probabilities
-from engine.spec_drafts import LONG_DRAFT, SHORT_DRAFT, SuffixAutomaton, SuffixDrafter
+from engine.spec_drafts import SuffixAutomaton, SuffixDrafter, draft_length
 from engine.speculative import accept_draft
 from engine.tokenization import encode_chat
 from tests.engine.conftest import (
@@ -99,21 +99,26 @@ def with_oracles(
 def test_drafter_proposes_what_followed_the_longest_earlier_match() -> None:
     source = [10, 11, 12, 13, 14, 15, 16]
     tokens = [1, 2, *source, 3, 4, 11, 12, 13]
-    # "11 12 13" occurred before: what followed it, LONG_DRAFT tokens, or fewer if limited.
+    # "11 12 13" occurred before: what followed it, 3 tokens, or fewer if limited.
+    assert draft_length(3) == 3
     assert SuffixDrafter(max_tokens=8).propose(tokens, limit=8) == [14, 15, 16]
     assert SuffixDrafter(max_tokens=8).propose(tokens, limit=2) == [14, 15]
     assert SuffixDrafter(max_tokens=2).propose(tokens, limit=8) == [14, 15]
     # A longer match wins over a more recent shorter one, past the 4-gram limit that
     # n-gram lookup had: "3 4 5 6" last continued with 8, "1 2 3 4 5 6" with 7.
+    # A match of 6 drafts 5 tokens.
     tokens = [1, 2, 3, 4, 5, 6, 7, 9, 2, 3, 4, 5, 6, 8, 0, 1, 2, 3, 4, 5, 6]
-    assert SuffixDrafter(max_tokens=8).propose(tokens, limit=8) == [7, 9, 2]
+    assert SuffixDrafter(max_tokens=8).propose(tokens, limit=8) == [7, 9, 2, 3, 4]
     # Of equally long matches the latest: "2 3" continued with 9, then with 8.
     tokens = [1, 2, 3, 9, 1, 2, 3, 8, 4, 2, 3]
     assert SuffixDrafter(max_tokens=8).propose(tokens, limit=8) == [8, 4, 2]
     # A one-token match drafts one token; a token never seen before drafts nothing.
     assert SuffixDrafter(max_tokens=8).propose([5, 9, 8, 5], limit=8) == [9]
     assert SuffixDrafter(max_tokens=8).propose([1, 2, 3, 4], limit=8) == []
-    assert SHORT_DRAFT < LONG_DRAFT
+    # The longer the match, the longer the draft: a match of 9 drafts 7.
+    tokens = [*range(20), *range(9)]
+    assert SuffixDrafter(max_tokens=8).propose(tokens, limit=8) == list(range(9, 16))
+    assert [draft_length(n) for n in (1, 2, 3, 4, 7, 8, 50)] == [1, 3, 3, 5, 5, 7, 7]
 
 
 def test_drafter_indexes_tokens_as_they_arrive() -> None:
@@ -122,8 +127,8 @@ def test_drafter_indexes_tokens_as_they_arrive() -> None:
     assert drafter.propose(tokens, limit=4) == []
     tokens += [9, 5, 6]
     assert drafter.propose(tokens, limit=4) == [7, 8, 9]
-    tokens += [7, 8, 9, 5, 6, 7]
-    assert drafter.propose(tokens, limit=4) == [8, 9, 5]
+    tokens += [7, 8, 9, 5, 6, 7]  # a match of 8: a long draft, cut at the limit
+    assert drafter.propose(tokens, limit=4) == [8, 9, 5, 6]
 
 
 def test_the_automaton_finds_the_longest_repeat_and_its_latest_end() -> None:
@@ -150,7 +155,7 @@ def test_the_automaton_finds_the_longest_repeat_and_its_latest_end() -> None:
 def test_drafting_pauses_after_repeated_misses_and_resumes() -> None:
     drafter = SuffixDrafter(max_tokens=8)
     tokens = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2]
-    assert len(drafter.propose(tokens, limit=8)) == LONG_DRAFT
+    assert len(drafter.propose(tokens, limit=8)) == draft_length(2)
     for _ in range(7):
         drafter.record(3, 0)
     drafter.record(3, 1)  # an accepted token resets the count

@@ -91,7 +91,7 @@ def test_zero_threads_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_speculation_is_on_by_default_and_can_be_turned_off(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    assert engine_config(Settings()).speculative_tokens == 4
+    assert engine_config(Settings()).speculative_tokens == 7  # the longest draft
     monkeypatch.setenv("BASTION_SPECULATIVE_TOKENS", "0")
     assert engine_config(Settings()).speculative_tokens == 0
     monkeypatch.setenv("BASTION_SPECULATIVE_TOKENS", "-1")
