@@ -243,6 +243,8 @@ class ModelRunner:
         threads = torch.get_num_threads()
         decode_logits = self.native.step(input_ids[:nd], positions[:nd], ctx.decode_slots, threads)
         if not ctx.prefills:
+            if logit_rows.shape[0] == nd and torch.equal(logit_rows, torch.arange(nd)):
+                return decode_logits  # every row, in order (one stream's draft): no copy
             return decode_logits.index_select(0, logit_rows)
         from_decodes = logit_rows < nd
         logits = decode_logits.new_empty((logit_rows.shape[0], decode_logits.shape[1]))

@@ -32,11 +32,24 @@ def apply_logit_bias(logits: torch.Tensor, params: SamplingParams) -> None:
         logits.index_add_(0, ids, bias.to(logits.device))
 
 
+def _scaled(logits: torch.Tensor, temperatures: torch.Tensor) -> torch.Tensor:
+    """Each row of `logits` ([rows, vocab]) over its temperature, in float32, less the row's
+    largest value first, so that a tiny temperature gives -inf, never nan."""
+    rows = logits.float()
+    return (rows - rows.amax(dim=-1, keepdim=True)) / temperatures.to(rows.dtype)[:, None]
+
+
+def temperature_probabilities(logits: torch.Tensor, temperatures: torch.Tensor) -> torch.Tensor:
+    """The distributions of rows sampled at a temperature alone (no top-k or top-p), all in
+    one pass: float32 `[rows, vocab]`. (Float64 row by row cost 0.2 ms a row over SmolLM2's
+    vocabulary, 13 ms for 64 rows; this, about 6 ms for the 64.)"""
+    return torch.softmax(_scaled(logits, temperatures), dim=-1)
+
+
 def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """The distribution a token is sampled from (float64, over the whole vocabulary):
+    """The distribution a token is sampled from (float32, over the whole vocabulary):
     temperature, then top-k, then the nucleus (top-p) renormalised. Not for greedy."""
-    # Shifted and in double precision, so that a tiny temperature gives -inf, never nan.
-    scaled = (logits.double() - logits.max()) / params.temperature
+    scaled = _scaled(logits[None], torch.tensor([params.temperature]))[0]
     if 0 < params.top_k < scaled.shape[-1]:
         kth = torch.topk(scaled, params.top_k).values[-1]
         scaled = scaled.masked_fill(scaled < kth, float("-inf"))
@@ -61,16 +74,25 @@ def sample_next_token(
 
 
 def draw(probs: torch.Tensor, generator: torch.Generator | None) -> int:
-    """One token drawn from `probs` by inverting its cumulative sum at one uniform number.
+    """One token drawn from `probs` (`draw_rows` of one row)."""
+    return draw_rows(probs[None], [generator])[0]
+
+
+def draw_rows(probs: torch.Tensor, generators: Sequence[torch.Generator | None]) -> list[int]:
+    """One token from each row of `probs` ([rows, vocab], each row's mass need not be 1),
+    by inverting the row's cumulative sum at one uniform number from its generator.
 
     `torch.multinomial` cost 1.3 ms over SmolLM2's 49,152 tokens (about a quarter of a
-    decode step); this costs about 0.05 ms. The uniform is scaled by the total mass, so it
-    stays below the last cumulative value and a token of probability 0 (masked by a
-    grammar, cut by top-p) is never drawn.
+    decode step); this costs about 0.05 ms a row. The uniform is scaled by the row's mass
+    and kept below it, so a token of probability 0 (masked by a grammar, cut by top-p) is
+    never drawn.
     """
     cumulative = torch.cumsum(probs, dim=-1)
-    u = torch.rand(1, generator=generator, dtype=cumulative.dtype) * cumulative[-1]
-    return int(torch.searchsorted(cumulative, u, right=True).item())
+    uniforms = [torch.rand(1, generator=g, dtype=cumulative.dtype) for g in generators]
+    mass = cumulative[:, -1]
+    below = torch.nextafter(mass, torch.zeros_like(mass))
+    u = torch.minimum(torch.cat(uniforms) * mass, below)
+    return torch.searchsorted(cumulative, u[:, None], right=True)[:, 0].tolist()
 
 
 def token_logprob(logits: torch.Tensor, token_id: int, top: int) -> TokenLogprob:
@@ -104,10 +126,19 @@ def sample_batch(
         if p.has_penalties:
             apply_penalties(logits[row], out, p)
         apply_logit_bias(logits[row], p)
-    greedy = logits.argmax(dim=-1).tolist()
+    tokens: list[int] = logits.argmax(dim=-1).tolist()
+    # Rows sampled at a temperature alone share one pass; top-k and top-p go row by row.
+    plain = [r for r, p in enumerate(params) if not p.is_greedy and p.top_k == 0 and p.top_p >= 1]
+    if plain:
+        temperatures = torch.tensor([params[r].temperature for r in plain])
+        probs = temperature_probabilities(logits[plain], temperatures)
+        for row, token in zip(plain, draw_rows(probs, [generators[r] for r in plain]), strict=True):
+            tokens[row] = token
     results: list[tuple[int, TokenLogprob | None]] = []
     for row, p in enumerate(params):
-        token = greedy[row] if p.is_greedy else sample_next_token(logits[row], p, generators[row])
+        token = tokens[row]
+        if not p.is_greedy and (p.top_k or p.top_p < 1):
+            token = sample_next_token(logits[row], p, generators[row])
         logprob = token_logprob(logits[row], token, p.top_logprobs) if p.logprobs else None
         results.append((token, logprob))
     return results

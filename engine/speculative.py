@@ -15,7 +15,7 @@ from typing import Protocol
 
 import torch
 
-from engine.sampling import apply_logit_bias, apply_penalties, probabilities, token_logprob
+from engine.sampling import apply_logit_bias, apply_penalties, draw, probabilities, token_logprob
 from engine.types import SamplingParams, TokenLogprob
 
 
@@ -91,4 +91,4 @@ def _verify_position(
         probs[proposed] = 0.0
         if probs.sum() <= 0:  # p(x) was 1 up to rounding: x is the only possible token
             return proposed
-    return int(torch.multinomial(probs, 1, generator=generator).item())
+    return draw(probs, generator)  # p without x needs no renormalising: draw scales by the mass

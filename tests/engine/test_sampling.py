@@ -6,7 +6,7 @@ from collections import Counter
 
 import torch
 
-from engine.sampling import draw, sample_next_token
+from engine.sampling import draw, sample_batch, sample_next_token
 from engine.types import SamplingParams
 
 
@@ -50,3 +50,34 @@ def test_sampled_tokens_follow_the_softmax() -> None:
     expected = torch.softmax(logits / 0.5, dim=-1).tolist()
     for token, p in enumerate(expected):
         assert abs(counts[token] - 20_000 * p) < 5 * (20_000 * p * (1 - p)) ** 0.5 + 1
+
+
+def test_rows_sampled_together_follow_their_own_temperatures() -> None:
+    """sample_batch draws temperature-only rows in one pass: each row keeps its own
+    temperature and generator (the same tokens as drawn alone), beside greedy and top-p rows."""
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]] * 4)
+    params = [
+        SamplingParams(temperature=0.5),
+        SamplingParams(temperature=0),
+        SamplingParams(temperature=2.0),
+        SamplingParams(temperature=1.0, top_p=0.5),
+    ]
+
+    def draws(rows: list[int], times: int) -> list[list[int]]:
+        generators = [torch.Generator().manual_seed(row) for row in rows]
+        picks: list[list[int]] = [[] for _ in rows]
+        for _ in range(times):
+            sampled = sample_batch(
+                logits[rows].clone(), [params[r] for r in rows], [[] for _ in rows], generators
+            )
+            for i, (token, _) in enumerate(sampled):
+                picks[i].append(token)
+        return picks
+
+    together = draws([0, 1, 2, 3], 8_000)
+    assert draws([2], 50)[0] == together[2][:50]  # alone or beside others: the same tokens
+    assert set(together[1]) == {0} and set(together[3]) == {0}  # greedy; the nucleus of 0.5
+    for i, temperature in ((0, 0.5), (2, 2.0)):
+        counts = Counter(together[i])
+        for token, p in enumerate(torch.softmax(logits[0] / temperature, dim=-1).tolist()):
+            assert abs(counts[token] - 8_000 * p) < 5 * (8_000 * p * (1 - p)) ** 0.5 + 1
