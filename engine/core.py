@@ -85,7 +85,10 @@ class EngineCore:
         self._drafted = 0
         self._accepted = 0
         self._steps = 0
+        # (time, tokens) of the steps of the last _RATE_WINDOW_S, and their tokens' sum: the
+        # rate is read without a pass over a window's thousand-odd steps.
         self._recent: collections.deque[tuple[float, int]] = collections.deque()
+        self._recent_tokens = 0
 
     # -- requests -------------------------------------------------------------------------
 
@@ -249,19 +252,24 @@ class EngineCore:
         now = time.monotonic()
         self._generated += new_tokens
         self._recent.append((now, new_tokens))
-        while self._recent and now - self._recent[0][0] > _RATE_WINDOW_S:
-            self._recent.popleft()
+        self._recent_tokens += new_tokens
+        self._forget_steps_before(now - _RATE_WINDOW_S)
+
+    def _forget_steps_before(self, cutoff: float) -> None:
+        while self._recent and self._recent[0][0] < cutoff:
+            self._recent_tokens -= self._recent.popleft()[1]
 
     # -- metrics --------------------------------------------------------------------------
 
     def metrics(self) -> EngineMetrics:
         counts = self.blocks.counts()
         now = time.monotonic()
-        recent = [(t, n) for t, n in self._recent if now - t <= _RATE_WINDOW_S]
+        self._forget_steps_before(now - _RATE_WINDOW_S)
+        recent = self._recent
         rate = 0.0
         if len(recent) > 1 and now > recent[0][0]:
             # Tokens of the steps after the first one in the window, over the time since it.
-            rate = sum(n for _, n in recent[1:]) / (now - recent[0][0])
+            rate = (self._recent_tokens - recent[0][1]) / (now - recent[0][0])
         return EngineMetrics(
             running=len(self.scheduler.running),
             waiting=len(self.scheduler.waiting),

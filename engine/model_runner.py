@@ -28,6 +28,10 @@ from engine.types import TokenLogprob
 # against 52-53 on one thread) while it made 16 decodes 1.2-1.6x and prefill-heavy steps
 # 1.4-1.9x faster (bench/engine.py).
 SHARED_STEP_MIN_TOKENS = 8
+# Sampling fewer rows than this runs on one thread: right after a native step the kernel's
+# workers still spin on the other core, so a second OpenMP thread waited for them, and the
+# elementwise ops over one row's 49,152 logits took a third of one stream's busy time.
+SHARED_SAMPLING_MIN_ROWS = 16
 
 
 @dataclass
@@ -125,6 +129,8 @@ class ModelRunner:
             masks = _MaskStep(bitmask, constrained)
         self._set_threads(len(step.input_ids), decodes=step.ctx.num_decodes > 0)
         logits = self.run_model(step.input_ids, step.positions, step.ctx, step.logit_rows)
+        if len(step.logit_rows) < SHARED_SAMPLING_MIN_ROWS:
+            self._set_threads(1, decodes=False)
         return self._sample(batch, step, logits, masks)
 
     def prepare(self, batch: ScheduledBatch) -> StepInputs:

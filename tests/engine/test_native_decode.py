@@ -148,7 +148,7 @@ def test_native_decode_steps_use_every_thread(monkeypatch: pytest.MonkeyPatch) -
     core.step()  # a 3-token prefill: one thread
     assert torch.get_num_threads() == 1 and native_threads == []
     core.step()  # one decode, native: the whole step in one parallel region
-    assert torch.get_num_threads() == 2 and native_threads == [2]
+    assert native_threads == [2]
 
 
 def test_disabled_or_without_compiler_the_engine_keeps_its_pytorch_path(
