@@ -259,28 +259,17 @@ static void project(const Projection *p, const int16_t *xq, const float *xs, int
             int64_t b0 = 0;
             for (; b0 + TILE_TOKENS <= batch; b0 += TILE_TOKENS)
                 tile(p, n0, xq, xs, b0, TILE_TOKENS, y, ldy);
-            switch (batch - b0) { /* the rest in one pass: a constant NB each, inlined */
-#if TILE_TOKENS > 7
-            case 7: tile(p, n0, xq, xs, b0, 7, y, ldy); break;
+            /* The rest in one pass, NB a constant in each inlined call. */
+#define REST(n) case n: tile(p, n0, xq, xs, b0, n, y, ldy); break
+            _Static_assert(TILE_TOKENS == 2 || TILE_TOKENS == 8, "a rest case per count");
+            switch (batch - b0) {
+#if TILE_TOKENS == 8
+            REST(7); REST(6); REST(5); REST(4); REST(3); REST(2);
 #endif
-#if TILE_TOKENS > 6
-            case 6: tile(p, n0, xq, xs, b0, 6, y, ldy); break;
-#endif
-#if TILE_TOKENS > 5
-            case 5: tile(p, n0, xq, xs, b0, 5, y, ldy); break;
-#endif
-#if TILE_TOKENS > 4
-            case 4: tile(p, n0, xq, xs, b0, 4, y, ldy); break;
-#endif
-#if TILE_TOKENS > 3
-            case 3: tile(p, n0, xq, xs, b0, 3, y, ldy); break;
-#endif
-#if TILE_TOKENS > 2
-            case 2: tile(p, n0, xq, xs, b0, 2, y, ldy); break;
-#endif
-            case 1: tile(p, n0, xq, xs, b0, 1, y, ldy); break;
+            REST(1);
             default: break;
             }
+#undef REST
         }
         return;
     }
