@@ -34,9 +34,13 @@ def apply_logit_bias(logits: torch.Tensor, params: SamplingParams) -> None:
 
 def _scaled(logits: torch.Tensor, temperatures: torch.Tensor) -> torch.Tensor:
     """Each row of `logits` ([rows, vocab]) over its temperature, in float32, less the row's
-    largest value first, so that a tiny temperature gives -inf, never nan."""
+    largest value first, so that a tiny temperature gives -inf, never nan: a temperature
+    below float32's smallest normal number (1e-300 would round to 0, and 0 / 0 is nan) is
+    taken as that number."""
     rows = logits.float()
-    return (rows - rows.amax(dim=-1, keepdim=True)) / temperatures.to(rows.dtype)[:, None]
+    smallest = torch.finfo(rows.dtype).tiny
+    divisors = temperatures.to(rows.dtype).clamp_min(smallest)[:, None]
+    return (rows - rows.amax(dim=-1, keepdim=True)) / divisors
 
 
 def temperature_probabilities(logits: torch.Tensor, temperatures: torch.Tensor) -> torch.Tensor:

@@ -81,3 +81,13 @@ def test_rows_sampled_together_follow_their_own_temperatures() -> None:
         counts = Counter(together[i])
         for token, p in enumerate(torch.softmax(logits[0] / temperature, dim=-1).tolist()):
             assert abs(counts[token] - 8_000 * p) < 5 * (8_000 * p * (1 - p)) ** 0.5 + 1
+
+
+def test_a_tiny_temperature_samples_the_argmax() -> None:
+    """1e-300 rounds to 0 in float32: the sampler must not divide 0 by it (nan)."""
+    logits = torch.tensor([[0.5, 3.0, 2.9, -1.0]] * 2)
+    params = [SamplingParams(temperature=1e-300), SamplingParams(temperature=1e-300, top_p=0.9)]
+    generators = [torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)]
+    for _ in range(20):
+        sampled = sample_batch(logits.clone(), params, [[], []], generators)
+        assert [token for token, _ in sampled] == [1, 1]
