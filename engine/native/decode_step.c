@@ -155,9 +155,7 @@ static inline __attribute__((always_inline)) void tile(
 #define PACK_ROWS 4
 #define PACK_DEPTH 32
 #define SCALES_PACKED 0
-#define TILE_ROWS PACK_ROWS
-#define TILE_DEPTH PACK_DEPTH
-#define TILE_OUT TILE_ROWS
+#define TILE_OUT PACK_ROWS
 /* Tokens per tile: each widened weight vector serves both before the next is loaded. */
 #define TILE_TOKENS 2
 #define PREFETCH_BYTES 1024
@@ -173,21 +171,21 @@ static inline float sum8(__m256 v) {
 static inline __attribute__((always_inline)) void tile(
     const Projection *p, int64_t n0, const int16_t *xq, const float *xs, int64_t b0, int NB,
     float *y, int64_t ldy) {
-    const int64_t K = p->in, groups = K / p->group, depth = p->group / TILE_DEPTH;
-    __m256 sum[TILE_ROWS][TILE_TOKENS];
-    for (int i = 0; i < TILE_ROWS; i++)
+    const int64_t K = p->in, groups = K / p->group, depth = p->group / PACK_DEPTH;
+    __m256 sum[PACK_ROWS][TILE_TOKENS];
+    for (int i = 0; i < PACK_ROWS; i++)
         for (int j = 0; j < NB; j++) sum[i][j] = _mm256_setzero_ps();
     const int8_t *w = p->weight + n0 * K;
     const float *scale = p->scale + n0 * groups;
     for (int64_t g = 0, k = 0; g < groups; g++) {
-        __m256i acc[TILE_ROWS][TILE_TOKENS];
-        for (int i = 0; i < TILE_ROWS; i++)
+        __m256i acc[PACK_ROWS][TILE_TOKENS];
+        for (int i = 0; i < PACK_ROWS; i++)
             for (int j = 0; j < NB; j++) acc[i][j] = _mm256_setzero_si256();
-        for (int64_t d = 0; d < depth; d++, k += TILE_DEPTH, w += TILE_ROWS * TILE_DEPTH) {
+        for (int64_t d = 0; d < depth; d++, k += PACK_DEPTH, w += PACK_ROWS * PACK_DEPTH) {
             _mm_prefetch((const char *)(w + PREFETCH_BYTES), _MM_HINT_T0);
             _mm_prefetch((const char *)(w + PREFETCH_BYTES + 64), _MM_HINT_T0);
-            for (int i = 0; i < TILE_ROWS; i++) {
-                __m256i raw = _mm256_loadu_si256((const __m256i *)(w + i * TILE_DEPTH));
+            for (int i = 0; i < PACK_ROWS; i++) {
+                __m256i raw = _mm256_loadu_si256((const __m256i *)(w + i * PACK_DEPTH));
                 __m256i w_lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(raw));
                 __m256i w_hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(raw, 1));
                 for (int j = 0; j < NB; j++) {
@@ -200,13 +198,13 @@ static inline __attribute__((always_inline)) void tile(
                 }
             }
         }
-        for (int i = 0; i < TILE_ROWS; i++) {
+        for (int i = 0; i < PACK_ROWS; i++) {
             __m256 s = _mm256_set1_ps(scale[i * groups + g]);
             for (int j = 0; j < NB; j++)
                 sum[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][j]), s, sum[i][j]);
         }
     }
-    for (int i = 0; i < TILE_ROWS; i++) {
+    for (int i = 0; i < PACK_ROWS; i++) {
         float b = p->bias ? p->bias[n0 + i] : 0.0f;
         for (int j = 0; j < NB; j++)
             y[(b0 + j) * ldy + n0 + i] = sum8(sum[i][j]) * xs[b0 + j] + b;
@@ -231,6 +229,7 @@ void bastion_pack_shape(int64_t shape[3]) {
 /* Whether a projection of this shape must be packed (else row-major). */
 int bastion_packed_layout(int64_t out, int64_t in, int64_t group) {
 #ifdef FAST_TILES
+    /* A tile steps through a scale group 4 (AVX-512) or 32 (AVX2) features at a time. */
     return out % TILE_OUT == 0 && in % group == 0 && group % 32 == 0;
 #else
     (void)out;
