@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import collections
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import torch
 
@@ -15,6 +16,7 @@ from engine.model_runner import ModelRunner
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
 from engine.spec_drafts import SuffixDrafter
+from engine.step_times import StepHistogram, StepKind, StepTimes
 from engine.types import (
     ContextLengthExceeded,
     EngineError,
@@ -60,6 +62,9 @@ class EngineMetrics:
     draft_tokens: int = 0
     accepted_draft_tokens: int = 0
     steps: int = 0  # steps that ran a batch (tokens per step: generated_tokens / steps)
+    # How long steps took: those of single-token rows (decodes and their drafts) and those
+    # that also computed prompt tokens (engine/step_times.py).
+    step_seconds: Mapping[StepKind, StepHistogram] = field(default_factory=dict)
 
 
 class EngineCore:
@@ -85,6 +90,7 @@ class EngineCore:
         self._drafted = 0
         self._accepted = 0
         self._steps = 0
+        self._step_times = StepTimes()
         # (time, tokens) of the steps of the last _RATE_WINDOW_S, and their tokens' sum: the
         # rate is read without a pass over a window's thousand-odd steps.
         self._recent: collections.deque[tuple[float, int]] = collections.deque()
@@ -163,9 +169,13 @@ class EngineCore:
 
     def step(self) -> list[StepOutput]:
         """Run one batch; report each sampled token and each finished sequence."""
+        started = time.monotonic()
         batch = self.scheduler.schedule()
         if not batch:
             return []
+        kind: StepKind = "decode"
+        if any(seq.num_tokens - seq.num_computed_tokens > 1 for seq, _ in batch.entries):
+            kind = "prefill"
         sampled = self.runner.run(batch)
         self._steps += 1
         outputs: list[StepOutput] = []
@@ -200,6 +210,7 @@ class EngineCore:
             self._seqs.pop(seq.seq_id, None)
             self.scheduler.finish(seq)
         self._count(new_tokens)
+        self._step_times.observe(kind, time.monotonic() - started)
         return outputs
 
     def _take(self, seq: Sequence, token: int) -> FinishReason | None:
@@ -286,4 +297,5 @@ class EngineCore:
             draft_tokens=self._drafted,
             accepted_draft_tokens=self._accepted,
             steps=self._steps,
+            step_seconds=self._step_times.snapshot(),
         )

@@ -19,6 +19,7 @@ from prometheus_client import (
 from engine import EngineMetrics
 from gateway.audit.log import AuditEntry
 from gateway.http.drain import Drain
+from gateway.http.engine_step_metrics import EngineStepMetrics
 from gateway.http.routing_metrics import ModelServerMetrics
 
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
@@ -92,6 +93,8 @@ class GatewayMetrics:
         # The same state under vLLM's names, for inference schedulers (llm-d).
         self.model_server = ModelServerMetrics()
         self.registry.register(self.model_server)
+        self.engine_steps = EngineStepMetrics()
+        self.registry.register(self.engine_steps)
 
     def observe(self, entry: AuditEntry) -> None:
         self.requests.labels(entry.endpoint, str(entry.status_code), entry.outcome).inc()
@@ -111,6 +114,7 @@ class GatewayMetrics:
         values = snapshot()
         if isinstance(values, EngineMetrics):
             self.model_server.update(engine.model_id, values)
+            self.engine_steps.update(values.step_seconds)
         if dataclasses.is_dataclass(values):
             for name, value in dataclasses.asdict(values).items():  # type: ignore[arg-type]
                 if isinstance(value, int | float):

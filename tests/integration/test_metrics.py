@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from contextlib import ExitStack
 
@@ -65,10 +66,16 @@ def test_metrics_cover_routes_engine_and_latency(live_server: LiveServer) -> Non
         f"{base}/v1/chat/completions",
         headers=headers,
         timeout=120,
-        json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "stream": True},
+        json={
+            "messages": [{"role": "user", "content": "Hi"}],
+            "max_tokens": 3,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
     ) as response:
         assert response.status_code == 200
-        response.read()
+        events = [line[6:] for line in response.iter_lines() if line.startswith("data: {")]
+    completion_tokens = json.loads(events[-1])["usage"]["completion_tokens"]
     httpx.get(f"{base}/v1/models", timeout=10)  # no key: 401
     httpx.get(f"{base}/no/such/route/42", timeout=10)
     text = httpx.get(f"{base}/metrics", timeout=10).text
@@ -97,6 +104,15 @@ def test_metrics_cover_routes_engine_and_latency(live_server: LiveServer) -> Non
         assert re.search(rf'^bastion_engine{{field="{field}"}} ', text, re.MULTILINE), field
     assert metric(text, "bastion_engine", field="kv_blocks_total") > 0
     assert metric(text, "bastion_engine", field="generated_tokens") > 0
+    # How long the engine's steps took: the prompt's step, then one a token after the first.
+    steps = "bastion_engine_step_seconds_count"
+    assert metric(text, steps, kind="prefill") >= metric(before, steps, kind="prefill") + 1
+    decodes = metric(text, steps, kind="decode") - metric(before, steps, kind="decode")
+    assert 1 <= decodes <= completion_tokens - 1 or completion_tokens == 1
+    for kind in ("decode", "prefill"):
+        every = metric(text, "bastion_engine_step_seconds_bucket", kind=kind, le="+Inf")
+        assert every == metric(text, steps, kind=kind)
+        assert metric(text, "bastion_engine_step_seconds_sum", kind=kind) > 0
 
 
 def in_flight(base_url: str) -> float:
