@@ -7,7 +7,7 @@ import importlib.resources
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -65,9 +65,15 @@ class Embedder:
         self.max_tokens: int = int(model.max_seq_length)
         self._cache_entries = cache_entries
         self.threads = threads  # torch intra-op threads per call; None: the caller's
+        # The caches and the passes in flight are keyed by `_key`, not by the text itself.
         self._cache: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
         self._token_cache: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
         self._in_flight: dict[str, Future[_Row]] = {}
+        backend = getattr(model.tokenizer, "backend_tokenizer", None)
+        normalizer = getattr(backend, "normalizer", None)
+        self._normalize: Callable[[str], str] | None = (
+            None if normalizer is None else normalizer.normalize_str
+        )
         self._unpadded = supports_unpadded(model)
         self._lock = threading.Lock()  # the gateway embeds from several worker threads
         # The fast tokenizer refuses a change of its truncation settings while another
@@ -130,6 +136,13 @@ class Embedder:
             self._cache.clear()
             self._token_cache.clear()
 
+    def _key(self, text: str) -> str:
+        """The text as the tokenizer normalises it before it splits it (all-MiniLM-L6-v2
+        lower-cases and strips accents): texts with one key have the same token ids, so one
+        pass serves them all. The checks embed a normalised, lower-cased copy of the question
+        that retrieval embeds as written; keyed by the text itself, they took two passes."""
+        return text if self._normalize is None else self._normalize(text)
+
     def _rows(self, texts: Sequence[str], with_tokens: bool) -> dict[str, _Row]:
         """Each distinct text's (sentence, tokens) row: from the caches, from the pass of
         another thread that is computing it now, or from one pass over the rest.
@@ -139,47 +152,50 @@ class Embedder:
         running its own. Every pass keeps the token vectors too (the reranker reads the
         query's), for the most recent TOKEN_CACHE_ENTRIES texts.
         """
-        rows: dict[str, _Row] = {}
+        keys = {text: self._key(text) for text in texts}
+        by_key: dict[str, _Row] = {}
         waiting: dict[str, Future[_Row]] = {}
-        mine: list[str] = []
+        mine: dict[str, str] = {}  # key -> the text to compute it from
         with self._lock:
-            for text in dict.fromkeys(texts):
-                sentence = self._cache.get(text)
-                tokens = self._token_cache.get(text)
+            for text, key in keys.items():
+                if key in by_key or key in waiting or key in mine:
+                    continue
+                sentence = self._cache.get(key)
+                tokens = self._token_cache.get(key)
                 if sentence is not None and (tokens is not None or not with_tokens):
-                    self._cache.move_to_end(text)
-                    rows[text] = (sentence, _NO_TOKENS if tokens is None else tokens)
-                elif (running := self._in_flight.get(text)) is not None:
-                    waiting[text] = running
+                    self._cache.move_to_end(key)
+                    by_key[key] = (sentence, _NO_TOKENS if tokens is None else tokens)
+                elif (running := self._in_flight.get(key)) is not None:
+                    waiting[key] = running
                 else:
-                    self._in_flight[text] = Future()
-                    mine.append(text)
+                    self._in_flight[key] = Future()
+                    mine[key] = text
         if mine:
-            rows.update(self._computed(mine))
-        for text, running in waiting.items():
-            rows[text] = running.result()
-        return rows
+            by_key.update(self._computed(mine))
+        for key, running in waiting.items():
+            by_key[key] = running.result()
+        return {text: by_key[key] for text, key in keys.items()}
 
-    def _computed(self, texts: list[str]) -> dict[str, _Row]:
-        """One pass over `texts` (this thread's to compute), cached and handed to the
-        threads waiting for them."""
+    def _computed(self, texts_by_key: dict[str, str]) -> dict[str, _Row]:
+        """One pass over the texts of `texts_by_key` (this thread's to compute), cached
+        and handed to the threads waiting for them, by key."""
         try:
-            sentences, tokens = self._forward(texts)
+            sentences, tokens = self._forward(list(texts_by_key.values()))
         except BaseException as exc:
             with self._lock:
-                for text in texts:
-                    self._in_flight.pop(text).set_exception(exc)
+                for key in texts_by_key:
+                    self._in_flight.pop(key).set_exception(exc)
             raise
         rows = {
-            text: (_frozen(sentence), _frozen(token_rows))
-            for text, sentence, token_rows in zip(texts, sentences, tokens, strict=True)
+            key: (_frozen(sentence), _frozen(token_rows))
+            for key, sentence, token_rows in zip(texts_by_key, sentences, tokens, strict=True)
         }
         with self._lock:
-            for text, row in rows.items():
-                self._cache[text], self._token_cache[text] = row
-                self._cache.move_to_end(text)
-                self._token_cache.move_to_end(text)
-                self._in_flight.pop(text).set_result(row)
+            for key, row in rows.items():
+                self._cache[key], self._token_cache[key] = row
+                self._cache.move_to_end(key)
+                self._token_cache.move_to_end(key)
+                self._in_flight.pop(key).set_result(row)
             while len(self._cache) > self._cache_entries:
                 self._cache.popitem(last=False)
             while len(self._token_cache) > TOKEN_CACHE_ENTRIES:

@@ -129,3 +129,32 @@ def test_threads_asking_for_one_text_at_once_share_one_pass(embedder: Embedder) 
     again, again_tokens = embedder.embed_with_tokens(["guardrail head"])
     np.testing.assert_array_equal(again[0], both[1])
     assert again_tokens[0].shape[1] == embedder.dimension
+
+
+QUESTION = "Où est le Café? Ask the VPN team"
+
+
+def test_texts_the_tokenizer_reads_alike_share_one_pass(embedder: Embedder) -> None:
+    """Retrieval embeds the question as written, the checks a lower-cased copy: MiniLM's
+    tokenizer lower-cases and strips accents, so they are one pass and one vector."""
+    calls: list[list[str]] = []
+    forward = embedder._forward
+
+    def counted(texts: list[str]) -> tuple[np.ndarray, list[np.ndarray]]:
+        calls.append(list(texts))
+        return forward(texts)
+
+    embedder.forget()
+    embedder._forward = counted  # type: ignore[method-assign]
+    try:
+        written, written_tokens = embedder.embed_with_tokens([QUESTION])
+        lowered = embedder.embed(["ou est le cafe? ask the vpn team"])
+        both = embedder.embed([QUESTION.upper(), "ou est le cafe ask the vpn team"])
+    finally:
+        del embedder._forward
+    # The last text lost its question mark: other token ids, so a pass of its own.
+    assert calls == [[QUESTION], ["ou est le cafe ask the vpn team"]]
+    np.testing.assert_array_equal(lowered[0], written[0])
+    np.testing.assert_array_equal(both[0], written[0])
+    assert not np.array_equal(both[1], written[0])
+    assert written_tokens[0].shape[1] == embedder.dimension
