@@ -98,7 +98,9 @@ def test_topics_and_retrieval_embed_the_question_once(
     (record,) = live_server.audit_rows(response.headers["x-request-id"])
     assert record.chunk_ids
     assert {v["check"] for v in record.verdicts} >= {"topic", "pii", "prompt_injection"}
-    assert sum(texts.count(question) for texts in passes) == 1, passes
+    # The checks embed a lower-cased copy and retrieval the question as written; the
+    # tokenizer lower-cases, so one pass serves both, whichever thread asks first.
+    assert sum(t.lower() == question.lower() for texts in passes for t in texts) == 1, passes
 
 
 def test_a_blocked_request_keeps_no_retrieved_sources(
