@@ -127,10 +127,10 @@ class ModelRunner:
         if constrained:
             bitmask = self._masks.submit(fill_masks, len(step.logit_rows), constrained)
             masks = _MaskStep(bitmask, constrained)
-        self._set_threads(len(step.input_ids), decodes=step.ctx.num_decodes > 0)
+        self._use_threads(self._step_threads(len(step.input_ids), step.ctx.num_decodes > 0))
         logits = self.run_model(step.input_ids, step.positions, step.ctx, step.logit_rows)
         if len(step.logit_rows) < SHARED_SAMPLING_MIN_ROWS:
-            self._set_threads(1, decodes=False)
+            self._use_threads(1)
         return self._sample(batch, step, logits, masks)
 
     def prepare(self, batch: ScheduledBatch) -> StepInputs:
@@ -264,15 +264,16 @@ class ModelRunner:
         )
         return logits
 
-    def _set_threads(self, num_tokens: int, decodes: bool) -> None:
+    def _step_threads(self, num_tokens: int, decodes: bool) -> int:
         """One thread for a small step, `threads` for a larger one or one with native
-        decodes, whose one parallel region shares even a single row's weights well (this
-        thread only)."""
-        if self.threads is None:
-            return
+        decodes, whose one parallel region shares even a single row's weights well."""
         native = decodes and self.native is not None
-        wanted = self.threads if native or num_tokens >= SHARED_STEP_MIN_TOKENS else 1
-        if torch.get_num_threads() != wanted:
+        threads = self.threads or 1
+        return threads if native or num_tokens >= SHARED_STEP_MIN_TOKENS else 1
+
+    def _use_threads(self, wanted: int) -> None:
+        """This thread's intra-op threads, unless the engine leaves them to PyTorch."""
+        if self.threads is not None and torch.get_num_threads() != wanted:
             torch.set_num_threads(wanted)
 
     def _with_decodes(

@@ -132,16 +132,19 @@ def sample_batch(
         apply_logit_bias(logits[row], p)
     tokens: list[int] = logits.argmax(dim=-1).tolist()
     # Rows sampled at a temperature alone share one pass; top-k and top-p go row by row.
-    sampled = [r for r, p in enumerate(params) if not p.is_greedy]
-    plain = [r for r in sampled if params[r].top_k == 0 and params[r].top_p >= 1]
+    plain: list[int] = []
+    for row, p in enumerate(params):
+        if p.is_greedy:
+            continue
+        if p.top_k == 0 and p.top_p >= 1:
+            plain.append(row)
+        else:
+            tokens[row] = sample_next_token(logits[row], p, generators[row])
     if plain:
         temperatures = torch.tensor([params[r].temperature for r in plain])
         probs = temperature_probabilities(logits[plain], temperatures)
         for row, token in zip(plain, draw_rows(probs, [generators[r] for r in plain]), strict=True):
             tokens[row] = token
-    for row in sampled:
-        if row not in plain:
-            tokens[row] = sample_next_token(logits[row], params[row], generators[row])
     results: list[tuple[int, TokenLogprob | None]] = []
     for row, p in enumerate(params):
         token = tokens[row]

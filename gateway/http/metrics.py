@@ -116,9 +116,11 @@ class GatewayMetrics:
             self.model_server.update(engine.model_id, values)
             self.engine_steps.update(values.step_seconds)
         if dataclasses.is_dataclass(values):
-            for name, value in dataclasses.asdict(values).items():  # type: ignore[arg-type]
+            # Field by field: `asdict` would deep-copy the step histograms at every scrape.
+            for item in dataclasses.fields(values):
+                value = getattr(values, item.name)
                 if isinstance(value, int | float):
-                    self.engine.labels(name).set(value)
+                    self.engine.labels(item.name).set(value)
 
 
 async def count_response(message: Message, scope: Scope) -> None:
