@@ -14,6 +14,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine import ChatMessage, GenerationRequest, SamplingParams
+from gateway.services import engine_config
 from tests.integration.conftest import LiveServer
 
 # name -> type, as the endpoint picker parses them (it reads a gauge's value).
@@ -84,8 +85,10 @@ def test_the_routing_metrics_have_vllm_names_types_and_the_served_model(
 
 
 def test_running_waiting_and_kv_use_follow_the_engine(live_server: LiveServer) -> None:
-    """More streams than the engine batches at once (32): some run, the rest wait."""
+    """More streams than the engine batches at once: some run, the rest wait."""
     model = live_server.engine.model_id
+    # A few streams past the batch would wait only for a moment, which scrapes can miss.
+    streams = engine_config(live_server.settings).max_num_seqs + 24
     seen = {"running": 0.0, "waiting": 0.0, "usage": 0.0}
     done = threading.Event()
 
@@ -99,7 +102,7 @@ def test_running_waiting_and_kv_use_follow_the_engine(live_server: LiveServer) -
             async for _ in live_server.engine.stream(request):
                 pass
 
-        await asyncio.gather(*(one(i) for i in range(36)))
+        await asyncio.gather(*(one(i) for i in range(streams)))
 
     def load() -> None:
         try:
