@@ -86,3 +86,21 @@ def test_the_kubelet_waits_longer_than_a_drain() -> None:
     env = {e["name"]: e.get("value") for e in container["env"]}
     drain = Settings(drain_seconds=env["BASTION_DRAIN_SECONDS"]).drain_seconds
     assert drain + 2 * CUT_OFF_SECONDS < spec["terminationGracePeriodSeconds"]
+
+
+def test_the_service_budget_and_autoscaler_select_the_deployments_pods() -> None:
+    """Labels are free text: a typo leaves a Service without endpoints, a budget that
+    protects nothing, an autoscaler aimed at nothing, and every schema still passes."""
+    deployment = kind("Deployment")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    service = kind("Service")
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    (port,) = service["spec"]["ports"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert port["targetPort"] in {p["name"] for p in container["ports"]}
+    budget = kind("PodDisruptionBudget")["spec"]
+    assert budget["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert budget["minAvailable"] < deployment["spec"]["replicas"]
+    target = kind("HorizontalPodAutoscaler")["spec"]["scaleTargetRef"]
+    assert (target["kind"], target["name"]) == ("Deployment", deployment["metadata"]["name"])
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
