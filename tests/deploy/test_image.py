@@ -205,3 +205,10 @@ def test_it_turns_ready_and_answers_a_chat_completion(
         f"\n{image_tag()}: {image['Size'] / 1e6:.0f} MB,"
         f" ready {replica.seconds_to_ready:.1f} s after `docker run`"
     )
+
+
+def test_the_cpu_image_carries_no_triton(replica: Replica) -> None:
+    """Triton (xgrammar's GPU dependency, 1 GB) is uninstalled at build; the grammar engine
+    still loads without it."""
+    probe = "import importlib.util, xgrammar; print(importlib.util.find_spec('triton'))"
+    assert replica.exec(".venv/bin/python", "-c", probe, timeout=120).strip() == "None"
