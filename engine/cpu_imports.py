@@ -4,7 +4,8 @@ xgrammar depends on Triton for its GPU kernels, and torch._dynamo (which transfo
 imports) loads Triton whenever it is installed: about 60 MiB resident and 0.1 s at start,
 for a compiler that never runs on a CPU. Without a CUDA device, `import triton` fails here
 as it would were Triton not installed, a case torch and transformers handle. Importing this
-module does it: the packages a process starts from (`engine`, `gateway`) import it first."""
+module does it: `engine` imports it first, and `bastion` (gateway/cli.py) imports `engine`
+before anything that imports transformers."""
 
 from __future__ import annotations
 

@@ -1,3 +1,1 @@
 """gateway."""
-
-import engine.cpu_imports  # noqa: F401  (keeps Triton out before transformers loads)

@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+import engine  # noqa: F401  (first: it keeps Triton out before the commands load transformers)
 from gateway.commands import audit, db, guardrails, ingest, keys, models, policy, prepare, serve
 from gateway.log_config import configure_logging
 from gateway.settings import Settings

@@ -13,7 +13,7 @@ from gateway.settings import REPO_ROOT
 
 # What `bastion serve` imports, then what would load Triton: torch._dynamo and transformers.
 SERVE_IMPORTS = """
-import importlib.util, sys
+import sys
 import gateway.cli, gateway.app
 import torch._dynamo, transformers
 from transformers import AutoModel
