@@ -1,16 +1,11 @@
 """A fresh `bastion serve` (new data folder: migrations, first key, sample corpus) turns
-ready, and idles within issue 20's memory goal. How fast is measured by bench/cold_start.py,
-not asserted here (the machine's load moves it); the test reports it."""
+ready. How fast is measured by bench/cold_start.py, not asserted here; the test reports it."""
 
 from __future__ import annotations
 
 import json
 
-from engine.cpu_info import cpu_has_bf16
 from tests.support.cold_start import this_checkout_cold_start
-
-# 1.5 GB. Without native bf16 the engine keeps float32 prefill weights, about 270 MiB more.
-IDLE_RSS_GOAL_MIB = 1.5e9 / 2**20
 
 
 def test_fresh_serve_turns_ready() -> None:
@@ -29,5 +24,3 @@ def test_fresh_serve_turns_ready() -> None:
     }
     assert stages >= {"engine", "pii_analyzer", "embedder", "sample_corpus", "policies"}
     assert start.idle_rss_mb > 0
-    if cpu_has_bf16():
-        assert start.idle_rss_mb <= IDLE_RSS_GOAL_MIB
