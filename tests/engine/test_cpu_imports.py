@@ -1,8 +1,10 @@
 """Triton (installed as xgrammar's dependency, for GPUs) stays out of a process with no
-CUDA device, however the process comes to import transformers."""
+CUDA device, however the process comes to import transformers; oneDNN's primitive cache is
+bounded unless the operator set it."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -39,3 +41,21 @@ def test_the_server_process_never_loads_triton() -> None:
         check=True,
     )
     assert loaded.stdout.strip() == "True"
+
+
+@pytest.mark.parametrize(("preset", "expected"), [(None, "64"), ("512", "512")])
+def test_bastion_bounds_onednns_primitive_cache_unless_the_operator_did(
+    preset: str | None, expected: str
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}
+    if preset is not None:
+        env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = preset
+    code = (
+        "import os, sys; import gateway.cli; "
+        "assert 'torch' in sys.modules; print(os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'])"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True
+    )
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert ran.stdout.strip() == expected
