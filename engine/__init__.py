@@ -1,6 +1,6 @@
 """engine: the in-process inference engine behind a small async interface."""
 
-import engine.cpu_imports  # noqa: F401  (first: keeps Triton out before transformers loads)
+import engine.process_settings  # noqa: F401  (first: settles Triton and oneDNN before torch loads)
 from engine.base import Engine
 from engine.config import DEFAULT_KV_CACHE_MB, EngineConfig, WeightChoice, resolve_engine_config
 from engine.core import EngineMetrics

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-import engine  # noqa: F401  (first: engine/cpu_imports.py settles Triton and oneDNN before torch loads)
+import engine  # noqa: F401  (first: engine/process_settings.py settles Triton and oneDNN before torch loads)
 from gateway.commands import audit, db, guardrails, ingest, keys, models, policy, prepare, serve
 from gateway.log_config import configure_logging
 from gateway.settings import Settings
