@@ -421,7 +421,9 @@ def main() -> None:
     agreements: list[int] = []
     reference: list[list[int]] = []
     for _, dtype, weights in formats:
-        model = PagedLlama(hf, torch.device("cpu"), dtype, weights, calibration_ids(tokenizer))
+        model = PagedLlama.from_hf(
+            hf, torch.device("cpu"), dtype, weights, calibration_ids(tokenizer)
+        )
         perplexities.append(engine_perplexity(model, text))
         decode_perplexities.append(decode_perplexity(model, text))
         answers = greedy_answers(model, tokenizer)

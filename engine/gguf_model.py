@@ -179,16 +179,26 @@ def state_dict(gguf: GGUFFile, fields: TransformersFields, dtype: torch.dtype) -
     return tensors
 
 
+def load_gguf_config(gguf: GGUFFile) -> tuple[Any, Any]:
+    """The transformers config and tokenizer of a Llama-family GGUF, without its weights."""
+    _, config, tokenizer = _fields_config_tokenizer(gguf)
+    return config, tokenizer
+
+
+def _fields_config_tokenizer(gguf: GGUFFile) -> tuple[TransformersFields, Any, Any]:
+    if not is_direct(gguf):
+        raise UnsupportedGGUF(f"GGUF architecture {gguf.metadata.get('general.architecture')!r}")
+    fields = transformers_fields(gguf)
+    config = load_config(fields)
+    return fields, config, load_tokenizer(fields, config, gguf.path)
+
+
 def load_gguf_model(gguf: GGUFFile, dtype: torch.dtype) -> tuple[Any, Any]:
     """The transformers model (eval mode, CPU, `dtype`) and tokenizer of a Llama-family GGUF."""
     from transformers import AutoModelForCausalLM, GenerationConfig
     from transformers.modeling_utils import no_init_weights
 
-    if not is_direct(gguf):
-        raise UnsupportedGGUF(f"GGUF architecture {gguf.metadata.get('general.architecture')!r}")
-    fields = transformers_fields(gguf)
-    config = load_config(fields)
-    tokenizer = load_tokenizer(fields, config, gguf.path)
+    fields, config, tokenizer = _fields_config_tokenizer(gguf)
     with no_init_weights():
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)  # type: ignore[no-untyped-call]
     weights = state_dict(gguf, fields, dtype)

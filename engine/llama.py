@@ -1,7 +1,8 @@
 """The Llama family (SmolLM2, Llama 2/3, Qwen2, Mistral) written for paged attention.
 
 Weights are taken from a transformers model after it has loaded them (HF folder or GGUF),
-so every format transformers reads works here. The layers are plain tensors and
+so every format transformers reads works here, or read back as an earlier start prepared
+them (engine/prepared_weights.py). The layers are plain tensors and
 functional calls: at this model size per-op overhead matters more than FLOPs, so Q/K/V and
 gate/up are fused into one matmul each.
 """
@@ -52,13 +53,24 @@ class ModelShape:
 
 
 @dataclass(slots=True)
-class _Layer:
+class LayerWeights:
     input_norm: torch.Tensor
     qkv: Linear
     o: Linear
     post_norm: torch.Tensor
     gate_up: Linear
     down: Linear
+
+
+@dataclass(slots=True)
+class LlamaWeights:
+    """The tensors a `PagedLlama` computes with, in its serving format: what
+    engine/prepared_weights.py saves between starts."""
+
+    embed: torch.Tensor
+    final_norm: torch.Tensor
+    lm_head: Linear
+    layers: list[LayerWeights]
 
 
 def _bias(*linears: Any) -> torch.Tensor | None:
@@ -144,21 +156,36 @@ class PagedLlama:
     """Forward pass over a flat batch of tokens from many sequences."""
 
     def __init__(
-        self,
+        self, config: Any, weights: LlamaWeights, device: torch.device, dtype: torch.dtype
+    ) -> None:
+        """`config`: the transformers config the weights belong to."""
+        self.shape = shape_of(config)
+        self.device = device
+        self.dtype = dtype
+        self.eps = float(config.rms_norm_eps)
+        self.embed = weights.embed
+        self.final_norm = weights.final_norm
+        self.lm_head = weights.lm_head
+        self.layers = weights.layers
+        cos, sin = rope_tables(config, self.shape.max_positions, device)
+        self.cos = cos.to(dtype)
+        self.sin = sin.to(dtype)
+
+    @classmethod
+    def from_hf(
+        cls,
         hf_model: Any,
         device: torch.device,
         dtype: torch.dtype,
         weights: WeightFormat = "float",
         calibration_ids: Sequence[int] = (),
-    ) -> None:
-        """`calibration_ids` (w8a8 only): text the smoothing scales are calibrated on."""
+    ) -> PagedLlama:
+        """The model of a loaded transformers model, its projections in format `weights`.
+        `calibration_ids` (w8a8 only): text the smoothing scales are calibrated on."""
         if weights in FBGEMM_FORMATS and (device.type != "cpu" or not fbgemm_supported()):
             raise UnsupportedModel(f"{weights} weights run on x86 CPUs only (fbgemm)")
         config = hf_model.config
-        self.shape = shape_of(config)
-        self.device = device
-        self.dtype = dtype
-        self.eps = float(config.rms_norm_eps)
+        shape = shape_of(config)  # refuses an architecture before any weight is converted
 
         def take(t: torch.Tensor) -> torch.Tensor:
             return t.detach().to(device=device, dtype=dtype).contiguous()
@@ -177,29 +204,28 @@ class PagedLlama:
             return take(weight if scale is None else weight / scale.to(weight.device))
 
         inner = hf_model.model
-        self.embed = take(inner.embed_tokens.weight)
-        self.final_norm = take(inner.norm.weight)
-        lm_head = hf_model.get_output_embeddings()
-        tied = lm_head.weight.data_ptr() == inner.embed_tokens.weight.data_ptr()
+        embed = take(inner.embed_tokens.weight)
+        hf_lm_head = hf_model.get_output_embeddings()
+        tied = hf_lm_head.weight.data_ptr() == inner.embed_tokens.weight.data_ptr()
         # Float weights share the tied embedding; quantized ones start from full precision.
         shared = tied and weights == "float"
-        self.lm_head = make_output_projection(
-            self.embed if shared else lm_head.weight.detach().to(device), dtype, weights
+        lm_head = make_output_projection(
+            embed if shared else hf_lm_head.weight.detach().to(device), dtype, weights
         )
-        if tied and isinstance(self.lm_head, Int8Linear):
+        if tied and isinstance(lm_head, Int8Linear):
             # The lookup reads the output projection's dequantized twin: one vocabulary-sized
             # table instead of two (54 MiB for SmolLM2), and every path sees the same values.
-            self.embed = self.lm_head.dense
+            embed = lm_head.dense
         smoothing = layer_scales(hf_model, list(calibration_ids)) if weights == "w8a8" else None
-        self.layers: list[_Layer] = []
+        layers: list[LayerWeights] = []
         for i, hf_layer in enumerate(inner.layers):
             attn, mlp = hf_layer.self_attn, hf_layer.mlp
-            fmt, down_fmt = _layer_formats(weights, i, self.shape.num_layers)
+            fmt, down_fmt = _layer_formats(weights, i, shape.num_layers)
             scales = smoothing[i] if smoothing is not None and fmt == "w8a8" else None
             qkv_scale = None if scales is None else scales.qkv
             gate_up_scale = None if scales is None else scales.gate_up
-            self.layers.append(
-                _Layer(
+            layers.append(
+                LayerWeights(
                     input_norm=norm(hf_layer.input_layernorm.weight, qkv_scale),
                     qkv=linear(fmt, attn.q_proj, attn.k_proj, attn.v_proj, scale=qkv_scale),
                     o=linear(fmt, attn.o_proj),
@@ -208,9 +234,11 @@ class PagedLlama:
                     down=linear(down_fmt, mlp.down_proj),
                 )
             )
-        self.cos, self.sin = rope_tables(config, self.shape.max_positions, device)
-        self.cos = self.cos.to(dtype)
-        self.sin = self.sin.to(dtype)
+        final_norm = take(inner.norm.weight)
+        return cls(config, LlamaWeights(embed, final_norm, lm_head, layers), device, dtype)
+
+    def weights(self) -> LlamaWeights:
+        return LlamaWeights(self.embed, self.final_norm, self.lm_head, self.layers)
 
     @property
     def kv_layout(self) -> KVLayout:

@@ -28,6 +28,7 @@ from engine.grammar import COMPILE_TIMEOUT_S, Grammars
 from engine.llama import PagedLlama
 from engine.model_runner import ModelRunner
 from engine.model_source import ModelSource, load_model
+from engine.prepared_weights import load_prepared
 from engine.smoothing import calibration_ids
 from engine.tokenization import ChatEncoder, find_stop_token_ids
 from engine.types import (
@@ -125,7 +126,8 @@ class PagedEngine:
         config: EngineConfig | None = None,
     ) -> PagedEngine:
         """Load a model (a GGUF read directly, else through transformers) and serve it
-        paged; weights "auto" are resolved for the device (`resolve_engine_config`)."""
+        paged; weights "auto" are resolved for the device (`resolve_engine_config`). A
+        GGUF's int8 weights are prepared once and kept (engine/prepared_weights.py)."""
         started = time.perf_counter()
         target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         settings = resolve_engine_config(_given_config(kv_cache_mb, config), target.type)
@@ -138,10 +140,20 @@ class PagedEngine:
             folder=str(source.folder),
             weights=settings.weights,
         )
-        hf_model, tokenizer = load_model(source, dtype)
-        engine = cls.from_hf_model(
-            hf_model, tokenizer, source.model_id, str(target), config=settings
-        )
+        prepared = load_prepared(source, target, settings)
+        if prepared is not None:
+            engine = cls._serve(
+                prepared.model,
+                prepared.tokenizer,
+                prepared.generation_config,
+                source.model_id,
+                settings,
+            )
+        else:
+            hf_model, tokenizer = load_model(source, dtype)
+            engine = cls.from_hf_model(
+                hf_model, tokenizer, source.model_id, str(target), config=settings
+            )
         log.info(
             "engine.loaded",
             model=source.model_id,
@@ -168,9 +180,22 @@ class PagedEngine:
         calibration = (
             calibration_ids(tokenizer) if weights == "w8a8" and tokenizer is not None else ()
         )
-        model = PagedLlama(hf_model, target, config.torch_dtype(target.type), weights, calibration)
+        model = PagedLlama.from_hf(
+            hf_model, target, config.torch_dtype(target.type), weights, calibration
+        )
+        return cls._serve(model, tokenizer, hf_model.generation_config, model_id, config)
+
+    @classmethod
+    def _serve(
+        cls,
+        model: PagedLlama,
+        tokenizer: Any,
+        generation_config: Any,
+        model_id: str,
+        config: EngineConfig,
+    ) -> PagedEngine:
         runner = ModelRunner.from_config(model, config)
-        stop_ids = find_stop_token_ids(tokenizer, hf_model.generation_config)
+        stop_ids = find_stop_token_ids(tokenizer, generation_config)
         return cls(EngineCore(runner, config, model_id, stop_ids), tokenizer, model_id, config)
 
     # -- the Engine protocol --------------------------------------------------------------

@@ -19,10 +19,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from engine import (
     Engine,
     EngineConfig,
+    ModelSource,
     PagedEngine,
     default_model_source,
     model_source_from_path,
+    resolve_engine_config,
 )
+from engine.prepared_weights import PreparedModel, load_prepared
 from gateway.audit.log import AuditLog
 from gateway.db.connection import make_db_engine, make_session_factory
 from gateway.db.migrations import upgrade_database
@@ -83,11 +86,27 @@ def engine_config(settings: Settings) -> EngineConfig:
 
 def load_engine(settings: Settings) -> Engine:
     """The embedded engine on the configured model (default: SmolLM2) and device."""
-    source = model_source_from_path(settings.model_path) if settings.model_path else None
-    device = settings.device or ("cuda" if torch.cuda.is_available() else "cpu")
     return PagedEngine.load(
-        source or default_model_source(), device=device, config=engine_config(settings)
+        _engine_model(settings), device=_engine_device(settings), config=engine_config(settings)
     )
+
+
+def load_engine_model(settings: Settings) -> PreparedModel | None:
+    """The embedded model with its weights prepared and kept for the next start, where they
+    are kept at all (`bastion prepare`); the engine itself is not started."""
+    device = _engine_device(settings)
+    config = resolve_engine_config(engine_config(settings), device)
+    return load_prepared(_engine_model(settings), torch.device(device), config)
+
+
+def _engine_model(settings: Settings) -> ModelSource:
+    if settings.model_path:
+        return model_source_from_path(settings.model_path)
+    return default_model_source()
+
+
+def _engine_device(settings: Settings) -> str:
+    return settings.device or ("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def load_services(

@@ -94,7 +94,8 @@ class Settings(BaseSettings):
     )
     native_cache_dir: Path | None = Field(
         default=None,
-        description="Where the native decode library is built and cached; default: "
+        description="Where the native decode library is built and cached, and where a "
+        "GGUF's int8 weights are kept prepared between starts; default: "
         "$XDG_CACHE_HOME/bastion/native (~/.cache/bastion/native).",
     )
     audit_signing_key: SecretStr | None = Field(

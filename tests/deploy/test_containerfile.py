@@ -71,8 +71,11 @@ def test_it_installs_with_the_readmes_install_step() -> None:
     assert steps.index(".venv/bin/bastion prepare") > steps.index("make install")
 
 
-def test_the_build_step_builds_the_native_decode_step(tmp_path: Path) -> None:
-    """The image's `bastion prepare`, run here with the image's cache setting."""
+def test_the_build_step_builds_the_native_decode_step_and_prepares_the_weights(
+    tmp_path: Path,
+) -> None:
+    """The image's `bastion prepare`, run here with the image's cache setting: a pod's
+    start then neither compiles the step nor prepares the model's int8 weights."""
     env_line = " ".join(arguments("ENV"))
     assert "BASTION_NATIVE_CACHE_DIR=/opt/bastion/native" in env_line
     if shutil.which("cc") is None and shutil.which("gcc") is None:
@@ -92,6 +95,8 @@ def test_the_build_step_builds_the_native_decode_step(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     (library,) = cache.glob("decode_step-*.so")
     assert str(library) in result.stdout
+    (weights,) = cache.glob("weights-*.pt")
+    assert f"model weights: {weights}" in result.stdout
 
 
 def test_its_settings_are_real_and_its_command_is_the_deployments() -> None:

@@ -82,7 +82,7 @@ def make_core(model: LlamaForCausalLM, **config: object) -> EngineCore:
     """A synchronous engine core (no thread) over `model`, for step-by-step tests."""
     config.setdefault("num_threads", 1)
     engine_config = resolve_engine_config(EngineConfig(**config), "cpu")  # type: ignore[arg-type]
-    paged = PagedLlama(
+    paged = PagedLlama.from_hf(
         model,
         torch.device("cpu"),
         engine_config.torch_dtype("cpu"),

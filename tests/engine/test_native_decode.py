@@ -58,10 +58,10 @@ def test_native_step_matches_the_pytorch_step(dtype: torch.dtype, shape: dict[st
             if isinstance(module, torch.nn.Linear) and module.bias is not None:
                 torch.nn.init.normal_(module.bias, std=0.5)
     prompt = random_prompt(37, seed=3)
-    reference = PagedLlama(hf, torch.device("cpu"), dtype, "int8")
+    reference = PagedLlama.from_hf(hf, torch.device("cpu"), dtype, "int8")
     expected, expected_sequence = decode_once(reference, prompt, 11, native=False)
     assert expected_sequence.runner.native is None
-    model = PagedLlama(hf, torch.device("cpu"), dtype, "int8")
+    model = PagedLlama.from_hf(hf, torch.device("cpu"), dtype, "int8")
     logits, sequence = decode_once(model, prompt, 11)
     assert sequence.runner.native is not None
     # int16 activations against the PyTorch path's (bf16 or float32) ones: close, not equal.
@@ -169,7 +169,7 @@ def test_disabled_or_without_compiler_the_engine_keeps_its_pytorch_path(
 
 
 def test_float_weights_never_take_the_native_path() -> None:
-    model = PagedLlama(tiny_llama(seed=11), torch.device("cpu"), torch.float32, "float")
+    model = PagedLlama.from_hf(tiny_llama(seed=11), torch.device("cpu"), torch.float32, "float")
     _, sequence = decode_once(model, random_prompt(8, seed=4), 3)
     assert sequence.runner.native is None
     for dtype in ("float32", "bfloat16"):  # nor in the engine, in either KV dtype
@@ -182,7 +182,7 @@ def test_concurrent_native_steps_give_the_same_logits() -> None:
     its own thread; neither waits for nor disturbs the other."""
     library = load_library()
     assert library is not None
-    model = PagedLlama(tiny_llama(seed=12), torch.device("cpu"), torch.float32, "int8")
+    model = PagedLlama.from_hf(tiny_llama(seed=12), torch.device("cpu"), torch.float32, "int8")
     prompts = [random_prompt(30, seed=5), random_prompt(50, seed=6)]
     pools: list[KVPool] = [decode_once(model, p, 7)[1].runner.pool for p in prompts]
     decoders = [NativeDecoder(library, model, pool) for pool in pools]
@@ -207,7 +207,7 @@ def test_native_decoders_over_one_model_share_its_one_int8_copy() -> None:
     library = load_library()
     assert library is not None
     hf = tiny_llama(seed=7, hidden_size=128)  # 128 features: two scale groups a row
-    model = PagedLlama(hf, torch.device("cpu"), torch.bfloat16, "int8")
+    model = PagedLlama.from_hf(hf, torch.device("cpu"), torch.bfloat16, "int8")
     qkv = model.layers[0].qkv
     assert isinstance(qkv, Int8Linear) and qkv.kernel_scales is None  # grouped scales
     row_major = qkv.quantized.clone()

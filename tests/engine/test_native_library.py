@@ -76,7 +76,7 @@ def test_a_stale_cached_build_is_rebuilt_not_called(
     assert library is not None
     assert target.read_bytes() != stale_bytes  # rebuilt in its place
     assert reported_abi(library)[0] == ABI_VERSION
-    model = PagedLlama(tiny_llama(seed=13), torch.device("cpu"), torch.float32, "int8")
+    model = PagedLlama.from_hf(tiny_llama(seed=13), torch.device("cpu"), torch.float32, "int8")
     pool = KVPool.allocate(model.kv_layout, 1, 4, torch.device("cpu"))
     decoder = NativeDecoder(library, model, pool)
     logits = decoder.step(torch.tensor([3]), torch.tensor([0]), torch.zeros(1, 1), 1)

@@ -89,7 +89,7 @@ def test_int8_tiles_relay_grouped_weights_once_and_copy_per_channel_ones() -> No
 def test_dense_mode_keeps_tied_embeddings_shared() -> None:
     linear = make_linear(torch.randn(8, 4), None, torch.float32, "float")
     assert isinstance(linear, DenseLinear)
-    model = PagedLlama(
+    model = PagedLlama.from_hf(
         tiny_llama(seed=6, tie_word_embeddings=True), torch.device("cpu"), torch.float32
     )
     head = model.lm_head
@@ -235,7 +235,7 @@ def test_smollm2_quantized_answers_like_float(
 @pytest.mark.parametrize("weights", ["fp16", "w8a8"])
 def test_fbgemm_formats_are_refused_off_the_cpu(weights: WeightFormat) -> None:
     with pytest.raises(UnsupportedModel, match="x86 CPUs only"):
-        PagedLlama(tiny_llama(seed=1), torch.device("cuda"), torch.bfloat16, weights)
+        PagedLlama.from_hf(tiny_llama(seed=1), torch.device("cuda"), torch.bfloat16, weights)
 
 
 def outlier_llama() -> Any:
@@ -259,12 +259,12 @@ def test_smoothing_leaves_the_float_model_unchanged(monkeypatch: pytest.MonkeyPa
     def dense(weight: torch.Tensor, bias: Any, dtype: torch.dtype, _fmt: str) -> Any:
         return make_linear(weight, bias, dtype, "float")
 
-    float_model = PagedLlama(model, torch.device("cpu"), torch.float32, "float")
+    float_model = PagedLlama.from_hf(model, torch.device("cpu"), torch.float32, "float")
     monkeypatch.setattr(llama, "make_linear", dense)  # smoothed, but nothing quantized
     monkeypatch.setattr(
         llama, "make_output_projection", lambda w, dtype, _fmt: dense(w, None, dtype, "")
     )
-    smoothed = PagedLlama(model, torch.device("cpu"), torch.float32, "w8a8", calibration)
+    smoothed = PagedLlama.from_hf(model, torch.device("cpu"), torch.float32, "w8a8", calibration)
     torch.testing.assert_close(
         standalone_prefill_logits(smoothed, prompt, torch.arange(len(prompt))),
         standalone_prefill_logits(float_model, prompt, torch.arange(len(prompt))),
@@ -287,22 +287,22 @@ def test_smoothed_w8a8_is_closer_to_float_than_unsmoothed(monkeypatch: pytest.Mo
         gate_up = layer.gate_up(F.rms_norm(hidden, (64,), layer.post_norm, paged.eps))
         return torch.cat([qkv, gate_up], dim=-1)
 
-    reference = outputs(PagedLlama(model, cpu, torch.float32, "float"))
+    reference = outputs(PagedLlama.from_hf(model, cpu, torch.float32, "float"))
 
     def error(paged: PagedLlama) -> float:
         return float((outputs(paged) - reference).norm() / reference.norm())
 
-    smoothed = error(PagedLlama(model, cpu, torch.float32, "w8a8", calibration))
+    smoothed = error(PagedLlama.from_hf(model, cpu, torch.float32, "w8a8", calibration))
     ones = [
         type(s)(torch.ones_like(s.qkv), torch.ones_like(s.gate_up))
         for s in layer_scales(model, calibration)
     ]
     monkeypatch.setattr(llama, "layer_scales", lambda _model, _ids: ones)
-    unsmoothed = error(PagedLlama(model, cpu, torch.float32, "w8a8", calibration))
+    unsmoothed = error(PagedLlama.from_hf(model, cpu, torch.float32, "w8a8", calibration))
     assert smoothed < 0.5 * unsmoothed
 
 
 @needs_fbgemm
 def test_w8a8_needs_calibration_ids() -> None:
     with pytest.raises(CalibrationMissing, match="calibration"):
-        PagedLlama(tiny_llama(seed=1), torch.device("cpu"), torch.bfloat16, "w8a8")
+        PagedLlama.from_hf(tiny_llama(seed=1), torch.device("cpu"), torch.bfloat16, "w8a8")
