@@ -199,15 +199,23 @@ def quantize_int8_groups(weight: torch.Tensor, group: int) -> tuple[torch.Tensor
     return quantized.reshape(out, features).contiguous(), scales.contiguous()
 
 
+def dequantize_int8_groups(
+    quantized: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype
+) -> torch.Tensor:
+    """The dense twin of `quantize_int8_groups`' output, in `dtype`."""
+    out, features = quantized.shape
+    group = features // scales.shape[1]
+    dense = quantized.float().view(out, -1, group) * scales[:, :, None]
+    return dense.view_as(quantized).to(dtype).contiguous()
+
+
 def _make_int8(weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype) -> Int8Linear:
     features = weight.shape[1]
     group = INT8_GROUP if features % INT8_GROUP == 0 else features
     quantized, scales = quantize_int8_groups(weight, group)
-    dense = quantized.float().view(weight.shape[0], -1, group) * scales[:, :, None]
     kernel_scales = scales[:, 0].to(dtype).contiguous() if group == features else None
-    return Int8Linear(
-        quantized, scales, dense.view_as(weight).to(dtype).contiguous(), bias, kernel_scales
-    )
+    dense = dequantize_int8_groups(quantized, scales, dtype)
+    return Int8Linear(quantized, scales, dense, bias, kernel_scales)
 
 
 def _pack_w8a8(weight: torch.Tensor, bias: torch.Tensor | None) -> W8A8Linear:

@@ -50,16 +50,19 @@ def test_saved_weights_read_back_as_prepared(tmp_path: Path) -> None:
     model, config = int8_model()
     path = tmp_path / "weights.pt"
     prepared.save(model.weights(), path)
-    loaded = prepared.load(path)
+    loaded = prepared.load(path, torch.bfloat16)
     assert loaded is not None
     for ours, theirs in zip(all_tensors(loaded), all_tensors(model.weights()), strict=True):
         if theirs is None:
             assert ours is None
         else:
             assert ours is not None and ours.dtype == theirs.dtype and torch.equal(ours, theirs)
-    # The tied embedding stays the output projection's dense twin: one table, not two.
+    # The tied embedding stays the output projection's dense twin: one table, not two, and
+    # neither is in the file (the twin is dequantized again).
     assert isinstance(loaded.lm_head, Int8Linear)
     assert loaded.embed.data_ptr() == loaded.lm_head.dense.data_ptr()
+    saved = torch.load(path, weights_only=True)["tensors"]
+    assert "embed" not in saved and not any(name.endswith(".dense") for name in saved)
     restored = PagedLlama(config, loaded, CPU, torch.bfloat16)
     assert torch.equal(restored.cos, model.cos) and restored.shape == model.shape
 
@@ -68,7 +71,7 @@ def test_a_restored_model_decodes_as_the_prepared_one(tmp_path: Path) -> None:
     model, config = int8_model(seed=5)
     path = tmp_path / "weights.pt"
     prepared.save(model.weights(), path)
-    loaded = prepared.load(path)
+    loaded = prepared.load(path, torch.bfloat16)
     assert loaded is not None
     engine_config = resolve_engine_config(EngineConfig(weights="int8", kv_cache_mb=4), "cpu")
     params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
@@ -123,8 +126,8 @@ def test_a_damaged_copy_reads_as_none(tmp_path: Path) -> None:
     path = tmp_path / "weights.pt"
     prepared.save(int8_model()[0].weights(), path)
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-    assert prepared.load(path) is None
-    assert prepared.load(tmp_path / "missing.pt") is None
+    assert prepared.load(path, torch.bfloat16) is None
+    assert prepared.load(tmp_path / "missing.pt", torch.bfloat16) is None
 
 
 @needs_compiler
@@ -167,4 +170,4 @@ def test_a_damaged_copy_is_prepared_again(tmp_path: Path) -> None:
     path.write_bytes(b"not a torch file")
     engine = PagedEngine.load(source, device="cpu", config=config)
     engine.close()
-    assert prepared.load(path) is not None
+    assert prepared.load(path, torch.bfloat16) is not None
