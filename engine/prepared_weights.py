@@ -100,7 +100,7 @@ def _save_for_next_start(model: PagedLlama, path: Path) -> None:
     the time again."""
     try:
         save(model.weights(), path)
-    except OSError as error:
+    except (OSError, RuntimeError) as error:  # torch's file writer raises RuntimeError
         log.warning("engine.prepared_weights_not_saved", path=str(path), error=str(error))
 
 

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+import structlog
 import torch
 
 from engine import (
@@ -171,3 +172,24 @@ def test_a_damaged_copy_is_prepared_again(tmp_path: Path) -> None:
     engine = PagedEngine.load(source, device="cpu", config=config)
     engine.close()
     assert prepared.load(path, torch.bfloat16) is not None
+
+
+def test_a_cache_that_cannot_be_written_only_costs_the_time(tmp_path: Path) -> None:
+    """A start whose cache folder cannot be made (here a file stands in its place) serves
+    all the same, and says why the weights were not kept."""
+    blocked = tmp_path / "cache"
+    blocked.write_text("a file, not a folder")
+    config = EngineConfig(
+        weights="int8", kv_cache_mb=16, native_decode=False, native_cache_dir=blocked
+    )
+    with structlog.testing.capture_logs() as logs:
+        engine = PagedEngine.load(default_model_source(), device="cpu", config=config)
+    try:
+        params = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
+        (outs,) = engine.generate([[1, 9690, 314, 253]], params)
+        assert len(token_ids(outs)) == 4
+    finally:
+        engine.close()
+    (warning,) = [log for log in logs if log["event"] == "engine.prepared_weights_not_saved"]
+    assert warning["log_level"] == "warning" and str(blocked) in warning["path"]
+    assert blocked.read_text() == "a file, not a folder"
