@@ -5,7 +5,10 @@ baseline commit, runs alternating, medians printed as a Markdown table.
 
 Each run starts the gateway on a new data folder (migrations, the first key, the sample
 corpus ingested), polls `/readyz` every 50 ms, lets the ready server idle 3 s and reads its
-RSS. The baseline is checked out in a temporary `git worktree` under /tmp and run with this
+RSS. The native step's build and the engine's prepared int8 weights stay in their cache
+folder between runs (engine/prepared_weights.py), as on a machine that has run Bastion
+before or in the container image; only the first start on a machine prepares them. The
+baseline is checked out in a temporary `git worktree` under /tmp and run with this
 checkout's virtual environment; by default it is the commit before the direct GGUF loader
 (engine/gguf_file.py) was added. The log columns count stderr lines that are not one JSON
 record (a second format) and records at warning level or above.

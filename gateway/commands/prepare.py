@@ -39,4 +39,4 @@ def _prepare_weights(settings: Settings) -> str:
     prepared = load_engine_model(settings)
     if prepared is None:
         return "nothing to prepare (only a GGUF's int8 weights on a CPU are kept)"
-    return str(prepared.path)
+    return f"{prepared.path} ({'already prepared' if prepared.read else 'prepared now'})"

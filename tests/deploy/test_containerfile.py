@@ -96,7 +96,7 @@ def test_the_build_step_builds_the_native_decode_step_and_prepares_the_weights(
     (library,) = cache.glob("decode_step-*.so")
     assert str(library) in result.stdout
     (weights,) = cache.glob("weights-*.pt")
-    assert f"model weights: {weights}" in result.stdout
+    assert f"model weights: {weights} (prepared now)" in result.stdout
 
 
 def test_its_settings_are_real_and_its_command_is_the_deployments() -> None:
