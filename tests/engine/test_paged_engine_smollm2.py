@@ -94,6 +94,9 @@ def test_load_resolves_auto_weights_for_the_device(
         return smollm2
 
     monkeypatch.setattr(paged_engine, "load_model", already_loaded)
+    # The path of every model whose prepared weights are not kept (tests/engine/
+    # test_prepared_weights.py covers the kept ones).
+    monkeypatch.setattr(paged_engine, "load_prepared", lambda *_: None)
     config = EngineConfig(kv_cache_mb=16, weights="auto", num_threads=1)
     engine = PagedEngine.load(default_model_source(), device="cpu", config=config)
     try:

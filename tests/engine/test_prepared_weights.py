@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
@@ -16,10 +17,13 @@ from engine import (
     PagedEngine,
     SamplingParams,
     default_model_source,
+    gguf_model,
     resolve_engine_config,
 )
 from engine import prepared_weights as prepared
 from engine.core import EngineCore
+from engine.gguf_file import GGUFFile
+from engine.gguf_model import load_gguf_model
 from engine.linear import Int8Linear, Linear
 from engine.llama import LlamaWeights, PagedLlama
 from engine.model_runner import ModelRunner
@@ -156,7 +160,15 @@ def test_the_second_start_reads_the_weights_the_first_prepared(tmp_path: Path) -
     assert [len(ids) for ids in answers[0]] == [16, 16]
 
 
-def test_a_damaged_copy_is_prepared_again(tmp_path: Path) -> None:
+def test_a_damaged_copy_is_prepared_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """...from the GGUF read at full precision, as every int8 model is quantized."""
+    requested: list[torch.dtype] = []
+
+    def recording(gguf: GGUFFile, dtype: torch.dtype) -> tuple[Any, Any]:
+        requested.append(dtype)
+        return load_gguf_model(gguf, dtype)
+
+    monkeypatch.setattr(gguf_model, "load_gguf_model", recording)
     source = default_model_source()
     assert source.gguf_file is not None
     config = EngineConfig(
@@ -171,7 +183,8 @@ def test_a_damaged_copy_is_prepared_again(tmp_path: Path) -> None:
     path.write_bytes(b"not a torch file")
     engine = PagedEngine.load(source, device="cpu", config=config)
     engine.close()
-    assert prepared.load(path, torch.bfloat16) is not None
+    assert prepared.load(path, dtype) is not None
+    assert requested == [torch.float32]
 
 
 def test_a_cache_that_cannot_be_written_only_costs_the_time(tmp_path: Path) -> None:
