@@ -131,9 +131,6 @@ class PagedEngine:
         started = time.perf_counter()
         target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         settings = resolve_engine_config(_given_config(kv_cache_mb, config), target.type)
-        # Int8 weights are quantized from full precision, not from an already rounded copy.
-        quantized = settings.weight_format != "float"
-        dtype = torch.float32 if quantized else settings.torch_dtype(target.type)
         log.info(
             "engine.loading",
             model=source.model_id,
@@ -150,6 +147,9 @@ class PagedEngine:
                 settings,
             )
         else:
+            # Compact weights are quantized from full precision, not from a rounded copy.
+            quantized = settings.weight_format != "float"
+            dtype = torch.float32 if quantized else settings.torch_dtype(target.type)
             hf_model, tokenizer = load_model(source, dtype)
             engine = cls.from_hf_model(
                 hf_model, tokenizer, source.model_id, str(target), config=settings
