@@ -49,6 +49,7 @@ class Embedder:
         model: SentenceTransformer,
         cache_entries: int = _CACHE_ENTRIES,
         threads: int | None = None,
+        tokenizing: threading.Lock | None = None,
     ) -> None:
         # Renamed in sentence-transformers 5; the old name warns there but is all v3 has.
         get_dimension = getattr(model, "get_embedding_dimension", None)
@@ -77,8 +78,9 @@ class Embedder:
         self._unpadded = supports_unpadded(model)
         self._lock = threading.Lock()  # the gateway embeds from several worker threads
         # The fast tokenizer refuses a change of its truncation settings while another
-        # thread encodes ("Already borrowed"), and `token_ids` reads texts uncut.
-        self._tokenizing = threading.Lock()
+        # thread encodes ("Already borrowed"), and `token_ids` reads texts uncut. Embedders
+        # that share a model share its lock.
+        self._tokenizing = tokenizing if tokenizing is not None else threading.Lock()
         self.model_id = MODEL_ID
 
     @classmethod
@@ -96,19 +98,24 @@ class Embedder:
         return cls(model)
 
     def request_copy(self) -> Embedder:
-        """The copy that embeds a request's texts (the guardrails' checks and retrieval
+        """The embedder of a request's texts (the guardrails' checks and retrieval
         queries; documents keep this float32 one), with its own cache, so a user message
-        both need is embedded once. It computes in bfloat16 where the CPU
-        has native bf16 instructions (about 1.6 times faster, cosine 0.999 to float32; the
-        indexes keep float32) and runs on half the cores, beside the engine thread. Two
+        both need is embedded once. It runs on half the cores, beside the engine thread: two
         threads fighting over a busy core stall at OpenMP barriers, which costs far more
-        than the second thread gains."""
+        than the second thread gains.
+
+        Where the CPU has native bf16 instructions it computes on a bfloat16 copy of the
+        model (about 1.6 times faster, cosine 0.999 to float32; the indexes keep float32).
+        Elsewhere it reads this embedder's own float32 model, whose weights a copy would
+        only duplicate (about 90 MB).
+        """
+        threads = max(1, (os.cpu_count() or 2) // 2)
+        if not cpu_has_bf16():
+            return Embedder(self._model, self._cache_entries, threads, self._tokenizing)
         import torch
 
-        model = copy.deepcopy(self._model)
-        if cpu_has_bf16():
-            model = model.to(torch.bfloat16)
-        return Embedder(model, self._cache_entries, threads=max(1, (os.cpu_count() or 2) // 2))
+        model = copy.deepcopy(self._model).to(torch.bfloat16)
+        return Embedder(model, self._cache_entries, threads)
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Embed `texts` into an array of shape (len(texts), dimension)."""

@@ -3,6 +3,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import pytest
 
 from retrieval import Embedder
 from retrieval.unpadded import MAX_TOKENS, supports_unpadded, unpadded_pass
@@ -158,3 +159,49 @@ def test_texts_the_tokenizer_reads_alike_share_one_pass(embedder: Embedder) -> N
     np.testing.assert_array_equal(both[0], written[0])
     assert not np.array_equal(both[1], written[0])
     assert written_tokens[0].shape[1] == embedder.dimension
+
+
+def test_without_native_bf16_the_request_copy_reads_the_same_weights(
+    embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A float32 request copy would duplicate every weight; it shares the model, its
+    tokenizer's lock and nothing else: its cache and threads are its own."""
+    monkeypatch.setattr("retrieval.embedder.cpu_has_bf16", lambda: False)
+    copy = embedder.request_copy()
+    assert copy._model is embedder._model and copy._tokenizing is embedder._tokenizing
+    assert copy._cache is not embedder._cache and copy.threads is not None
+    embedder.forget()
+    copy.forget()
+    text = "the request copy and the document embedder agree"
+    np.testing.assert_array_equal(copy.embed([text]), embedder.embed([text]))
+
+    # One tokenizer, two embedders on several threads: uncut counting and cut encoding
+    # take turns under the shared lock ("Already borrowed" otherwise).
+    long = "word " * 400
+
+    def count(i: int) -> int:
+        return sum(len(ids) for ids in embedder.token_ids([long, f"text {i}"] * 20))
+
+    def embed(i: int) -> int:
+        copy.forget()
+        return len(copy.embed([f"sentence {i} {j}" for j in range(3)]))
+
+    with ThreadPoolExecutor(4) as pool:
+        results = [
+            f.result() for f in [pool.submit(count if i % 2 else embed, i) for i in range(80)]
+        ]
+    assert results[0] == 3 and results[1] == 20 * (400 + 2)
+
+
+def test_with_native_bf16_the_request_copy_is_a_bfloat16_model_of_its_own(
+    embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    monkeypatch.setattr("retrieval.embedder.cpu_has_bf16", lambda: True)
+    copy = embedder.request_copy()
+    assert copy._model is not embedder._model
+    assert {p.dtype for p in copy._model.parameters()} == {torch.bfloat16}
+    assert {p.dtype for p in embedder._model.parameters()} == {torch.float32}
+    text = "a bfloat16 copy stays close to the float32 model"
+    assert float(copy.embed([text])[0] @ embedder.embed([text])[0]) > 0.99
