@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #ifdef __x86_64__
-#include <immintrin.h> /* _mm_pause everywhere; AVX-512 where the CPU has it */
+#include <immintrin.h> /* _mm_pause everywhere; AVX-512 or AVX2 where the CPU has it */
 #endif
 
 typedef struct {
@@ -151,64 +151,58 @@ static inline __attribute__((always_inline)) void tile(
 }
 #define FAST_TILES 1
 #elif defined(__AVX2__) && defined(__FMA__)
-/* Packed [out / 4][in / 32][4][32]: each tile's bytes one sequential stream. */
-#define PACK_ROWS 4
-#define PACK_DEPTH 32
-#define SCALES_PACKED 0
+/* The AVX-512 layout with 8 rows: packed [out / 8][in / 2][8][2], so a 16-byte load widened
+ * to int16 holds 8 output rows' weights for a pair of features, lane r row r's pair.
+ * Broadcasting a token's activation pair to every lane, vpmaddwd adds both products into
+ * row r's lane: the rows' sums stay in lanes, each widened weight vector serves every
+ * token of the tile, and there is no horizontal sum. Against tiles of 4 rows by 2 tokens
+ * with the sums across lanes, a step of 16 sequences took 48 ms against 80. */
+#define PACK_ROWS 8
+#define PACK_DEPTH 2
+#define SCALES_PACKED 1
 #define TILE_OUT PACK_ROWS
-/* Tokens per tile: each widened weight vector serves both before the next is loaded. */
-#define TILE_TOKENS 2
-#define PREFETCH_BYTES 1024
-static inline float sum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-/* A tile of 4 weight rows by NB <= TILE_TOKENS tokens, int8 weights widened to int16 and
- * multiplied into exact int32 pair sums (vpmaddwd), 16 products per instruction; each
- * weight vector is loaded and widened once. Exact int32 sums within a scale group, scaled
- * into float32 sums at its end. */
+/* Tokens per tile: 8 int32 sums and the weight and activation vectors fit the 16 registers;
+ * the float32 sums are touched once a scale group. */
+#define TILE_TOKENS 8
+#define PREFETCH_BYTES 512
+/* Rows n0 .. n0 + 7 for NB <= TILE_TOKENS tokens. The scales are packed like the weights,
+ * [out / 8][groups][8]. Exact int32 sums within a scale group, scaled into float32 at its
+ * end. */
 static inline __attribute__((always_inline)) void tile(
     const Projection *p, int64_t n0, const int16_t *xq, const float *xs, int64_t b0, int NB,
     float *y, int64_t ldy) {
-    const int64_t K = p->in, groups = K / p->group, depth = p->group / PACK_DEPTH;
-    __m256 sum[PACK_ROWS][TILE_TOKENS];
-    for (int i = 0; i < PACK_ROWS; i++)
-        for (int j = 0; j < NB; j++) sum[i][j] = _mm256_setzero_ps();
+    const int64_t K = p->in, G = p->group, groups = K / G;
     const int8_t *w = p->weight + n0 * K;
     const float *scale = p->scale + n0 * groups;
+    __m256 sum[TILE_TOKENS];
+    for (int j = 0; j < NB; j++) sum[j] = _mm256_setzero_ps();
     for (int64_t g = 0, k = 0; g < groups; g++) {
-        __m256i acc[PACK_ROWS][TILE_TOKENS];
-        for (int i = 0; i < PACK_ROWS; i++)
-            for (int j = 0; j < NB; j++) acc[i][j] = _mm256_setzero_si256();
-        for (int64_t d = 0; d < depth; d++, k += PACK_DEPTH, w += PACK_ROWS * PACK_DEPTH) {
-            _mm_prefetch((const char *)(w + PREFETCH_BYTES), _MM_HINT_T0);
-            _mm_prefetch((const char *)(w + PREFETCH_BYTES + 64), _MM_HINT_T0);
-            for (int i = 0; i < PACK_ROWS; i++) {
-                __m256i raw = _mm256_loadu_si256((const __m256i *)(w + i * PACK_DEPTH));
-                __m256i w_lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(raw));
-                __m256i w_hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(raw, 1));
-                for (int j = 0; j < NB; j++) {
-                    const int16_t *x = xq + (b0 + j) * K + k;
-                    __m256i x_lo = _mm256_loadu_si256((const __m256i *)x);
-                    __m256i x_hi = _mm256_loadu_si256((const __m256i *)(x + 16));
-                    __m256i pairs = _mm256_add_epi32(_mm256_madd_epi16(w_lo, x_lo),
-                                                     _mm256_madd_epi16(w_hi, x_hi));
-                    acc[i][j] = _mm256_add_epi32(acc[i][j], pairs);
-                }
+        __m256i acc[TILE_TOKENS];
+        for (int j = 0; j < NB; j++) acc[j] = _mm256_setzero_si256();
+        for (const int64_t end = k + G; k < end; k += 4) {
+            const int8_t *at = w + k * PACK_ROWS;
+            _mm_prefetch((const char *)(at + PREFETCH_BYTES), _MM_HINT_T0);
+            const __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)at));
+            const __m256i w1 =
+                _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(at + 16)));
+            for (int j = 0; j < NB; j++) {
+                int32_t pair0, pair1;
+                memcpy(&pair0, xq + (b0 + j) * K + k, sizeof pair0);
+                memcpy(&pair1, xq + (b0 + j) * K + k + 2, sizeof pair1);
+                const __m256i both =
+                    _mm256_add_epi32(_mm256_madd_epi16(w0, _mm256_set1_epi32(pair0)),
+                                     _mm256_madd_epi16(w1, _mm256_set1_epi32(pair1)));
+                acc[j] = _mm256_add_epi32(acc[j], both);
             }
         }
-        for (int i = 0; i < PACK_ROWS; i++) {
-            __m256 s = _mm256_set1_ps(scale[i * groups + g]);
-            for (int j = 0; j < NB; j++)
-                sum[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][j]), s, sum[i][j]);
-        }
-    }
-    for (int i = 0; i < PACK_ROWS; i++) {
-        float b = p->bias ? p->bias[n0 + i] : 0.0f;
+        const __m256 s = _mm256_loadu_ps(scale + g * PACK_ROWS);
         for (int j = 0; j < NB; j++)
-            y[(b0 + j) * ldy + n0 + i] = sum8(sum[i][j]) * xs[b0 + j] + b;
+            sum[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[j]), s, sum[j]);
     }
+    const __m256 bias = p->bias ? _mm256_loadu_ps(p->bias + n0) : _mm256_setzero_ps();
+    for (int j = 0; j < NB; j++)
+        _mm256_storeu_ps(y + (b0 + j) * ldy + n0,
+                         _mm256_fmadd_ps(sum[j], _mm256_set1_ps(xs[b0 + j]), bias));
 }
 #define FAST_TILES 1
 #endif
@@ -229,7 +223,7 @@ void bastion_pack_shape(int64_t shape[3]) {
 /* Whether a projection of this shape must be packed (else row-major). */
 int bastion_packed_layout(int64_t out, int64_t in, int64_t group) {
 #ifdef FAST_TILES
-    /* A tile steps through a scale group 4 (AVX-512) or 32 (AVX2) features at a time. */
+    /* A tile steps through a scale group 4 features at a time. */
     return out % TILE_OUT == 0 && in % group == 0 && group % 32 == 0;
 #else
     (void)out;
@@ -260,12 +254,9 @@ static void project(const Projection *p, const int16_t *xq, const float *xs, int
                 tile(p, n0, xq, xs, b0, TILE_TOKENS, y, ldy);
             /* The rest in one pass, NB a constant in each inlined call. */
 #define REST(n) case n: tile(p, n0, xq, xs, b0, n, y, ldy); break
-            _Static_assert(TILE_TOKENS == 2 || TILE_TOKENS == 8, "a rest case per count");
+            _Static_assert(TILE_TOKENS == 8, "a rest case per count");
             switch (batch - b0) {
-#if TILE_TOKENS == 8
-            REST(7); REST(6); REST(5); REST(4); REST(3); REST(2);
-#endif
-            REST(1);
+            REST(7); REST(6); REST(5); REST(4); REST(3); REST(2); REST(1);
             default: break;
             }
 #undef REST
@@ -341,6 +332,26 @@ static inline __m512 exp16(__m512 x) {
 static inline __mmask16 tail_mask(int64_t remaining) {
     return remaining >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << remaining) - 1u);
 }
+#elif defined(__AVX2__) && defined(__FMA__)
+/* e^x to float precision (exp16's polynomial), 8 lanes; 2^n built in the exponent bits,
+ * which the clamp keeps normal. */
+static inline __m256 exp8(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    __m256 y = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i two_n = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(two_n));
+}
 #endif
 
 /* s[0:n] <- softmax(s[0:n]) */
@@ -356,6 +367,18 @@ static void softmax(float *s, int64_t n) {
         sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(mask, e));
     }
     total = _mm512_reduce_add_ps(sum);
+#elif defined(__AVX2__) && defined(__FMA__)
+    __m256 sum = _mm256_setzero_ps(), top = _mm256_set1_ps(peak);
+    int64_t t = 0;
+    for (; t + 8 <= n; t += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + t), top));
+        _mm256_storeu_ps(s + t, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    __m128 half = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
+    half = _mm_add_ps(half, _mm_movehl_ps(half, half));
+    total = _mm_cvtss_f32(_mm_add_ss(half, _mm_movehdup_ps(half)));
+    for (; t < n; t++) total += (s[t] = expf(s[t] - peak));
 #else
     for (int64_t t = 0; t < n; t++) total += (s[t] = expf(s[t] - peak));
 #endif
@@ -372,6 +395,13 @@ static void swiglu(const float *gate, const float *up, float *out, int64_t n) {
         __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
         __m512 silu = _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
         _mm512_storeu_ps(out + i, _mm512_mul_ps(silu, _mm512_loadu_ps(up + i)));
+    }
+#elif defined(__AVX2__) && defined(__FMA__)
+    for (; i + 8 <= n; i += 8) {
+        __m256 g = _mm256_loadu_ps(gate + i);
+        __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+        __m256 silu = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
     }
 #endif
     for (; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
@@ -487,6 +517,96 @@ static void mix_bf16(const float *p, int64_t group, int64_t D, const uint16_t *v
 #define FAST_ATTENTION 1
 #endif
 
+#if defined(__AVX2__) && defined(__FMA__)
+/* Sums of the lanes of a, b, c, d, in that order. */
+static inline __m128 sum4x8(__m256 a, __m256 b, __m256 c, __m256 d) {
+    __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+/* Scores of `group` query heads against a float32 K head; four positions' lanes summed
+ * together, as scores_bf16 does. D % 8 == 0. */
+static void scores_f32(const float *q, int64_t group, int64_t D, const float *k_head,
+                       const int64_t *slots, int64_t len, float scale, float *s) {
+    const __m128 scale4 = _mm_set1_ps(scale);
+    int64_t t = 0;
+    for (; t + 4 <= len; t += 4) {
+        const float *key[4];
+        for (int u = 0; u < 4; u++) key[u] = k_head + slots[t + u] * D;
+        for (int64_t i = 0; i < group; i++) {
+            const float *qi = q + i * D;
+            __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                             _mm256_setzero_ps()};
+            for (int64_t d = 0; d < D; d += 8) {
+                const __m256 qd = _mm256_loadu_ps(qi + d);
+                for (int u = 0; u < 4; u++)
+                    acc[u] = _mm256_fmadd_ps(qd, _mm256_loadu_ps(key[u] + d), acc[u]);
+            }
+            _mm_storeu_ps(s + i * len + t,
+                          _mm_mul_ps(sum4x8(acc[0], acc[1], acc[2], acc[3]), scale4));
+        }
+    }
+    for (; t < len; t++) {
+        const float *key = k_head + slots[t] * D;
+        for (int64_t i = 0; i < group; i++) {
+            __m256 acc = _mm256_setzero_ps();
+            for (int64_t d = 0; d < D; d += 8)
+                acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i * D + d), _mm256_loadu_ps(key + d),
+                                      acc);
+            const __m256 zero = _mm256_setzero_ps();
+            s[i * len + t] = _mm_cvtss_f32(sum4x8(acc, zero, zero, zero)) * scale;
+        }
+    }
+}
+
+/* out[h] = sum_t p[h][t] * V[slots[t]] over HEADS heads and CHUNKS * 8 dimensions from
+ * `first`: the sums stay in registers (at most 8 of the 16) while the V rows stream past. */
+static inline __attribute__((always_inline)) void mix_block_f32(
+    const float *p, int64_t D, const float *v_head, const int64_t *slots, int64_t len,
+    float *out, int64_t first, const int HEADS, const int CHUNKS) {
+    __m256 acc[2][4];
+    for (int h = 0; h < HEADS; h++)
+        for (int c = 0; c < CHUNKS; c++) acc[h][c] = _mm256_setzero_ps();
+    for (int64_t t = 0; t < len; t++) {
+        const float *value = v_head + slots[t] * D + first;
+        __m256 v[4];
+        for (int c = 0; c < CHUNKS; c++) v[c] = _mm256_loadu_ps(value + 8 * c);
+        for (int h = 0; h < HEADS; h++) {
+            const __m256 weight = _mm256_set1_ps(p[h * len + t]);
+            for (int c = 0; c < CHUNKS; c++) acc[h][c] = _mm256_fmadd_ps(weight, v[c], acc[h][c]);
+        }
+    }
+    for (int h = 0; h < HEADS; h++)
+        for (int c = 0; c < CHUNKS; c++) _mm256_storeu_ps(out + h * D + first + 8 * c, acc[h][c]);
+}
+
+/* The same for 1 or 2 heads, CHUNKS a constant in each call. */
+static inline __attribute__((always_inline)) void mix_heads_f32(
+    const float *p, int64_t heads, int64_t D, const float *v_head, const int64_t *slots,
+    int64_t len, float *out, int64_t first, const int CHUNKS) {
+    if (heads == 1) mix_block_f32(p, D, v_head, slots, len, out, first, 1, CHUNKS);
+    else mix_block_f32(p, D, v_head, slots, len, out, first, 2, CHUNKS);
+}
+
+/* out[i] = sum_t p[i][t] * V[slots[t]] for each of `group` heads, float32 V: 2 heads by 32
+ * dimensions at a time, then the rest by 16 and 8; D % 8 == 0. */
+static void mix_f32(const float *p, int64_t group, int64_t D, const float *v_head,
+                    const int64_t *slots, int64_t len, float *out) {
+    for (int64_t h = 0; h < group; h += 2) {
+        const int64_t heads = group - h < 2 ? group - h : 2;
+        const float *ph = p + h * len;
+        float *oh = out + h * D;
+        int64_t first = 0;
+        for (; first + 32 <= D; first += 32)
+            mix_heads_f32(ph, heads, D, v_head, slots, len, oh, first, 4);
+        for (; first + 16 <= D; first += 16)
+            mix_heads_f32(ph, heads, D, v_head, slots, len, oh, first, 2);
+        for (; first < D; first += 8) mix_heads_f32(ph, heads, D, v_head, slots, len, oh, first, 1);
+    }
+}
+#define FAST_ATTENTION_F32 1
+#endif
+
 /* Attention of one sequence's `group` query heads (q, out: [group, D]) over K/V head `g`. */
 static void attend(const Model *m, const Layer *layer, int64_t g, const float *q, int64_t group,
                    const int64_t *slots, int64_t len, float *s, float *out) {
@@ -499,6 +619,16 @@ static void attend(const Model *m, const Layer *layer, int64_t g, const float *q
         scores_bf16(q, group, D, k_head, slots, len, scale, s);
         for (int64_t i = 0; i < group; i++) softmax(s + i * len, len);
         mix_bf16(s, group, D, v_head, slots, len, out);
+        return;
+    }
+#endif
+#ifdef FAST_ATTENTION_F32
+    if (!m->kv_bf16 && D % 8 == 0) {
+        const float *k_head = (const float *)layer->k_cache + base * D;
+        const float *v_head = (const float *)layer->v_cache + base * D;
+        scores_f32(q, group, D, k_head, slots, len, scale, s);
+        for (int64_t i = 0; i < group; i++) softmax(s + i * len, len);
+        mix_f32(s, group, D, v_head, slots, len, out);
         return;
     }
 #endif
