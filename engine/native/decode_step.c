@@ -156,7 +156,8 @@ static inline __attribute__((always_inline)) void tile(
  * Broadcasting a token's activation pair to every lane, vpmaddwd adds both products into
  * row r's lane: the rows' sums stay in lanes, each widened weight vector serves every
  * token of the tile, and there is no horizontal sum. Against tiles of 4 rows by 2 tokens
- * with the sums across lanes, a step of 16 sequences took 48 ms against 80. */
+ * with the sums across lanes (AMD EPYC, Zen 3, 2 threads, 600 tokens of context), a step
+ * of 16 sequences took 59 ms against 80, and 8 rows of one sequence 19 against 32. */
 #define PACK_ROWS 8
 #define PACK_DEPTH 2
 #define SCALES_PACKED 1
