@@ -36,18 +36,20 @@ def _scaled(logits: torch.Tensor, temperatures: torch.Tensor) -> torch.Tensor:
     """Each row of `logits` ([rows, vocab]) over its temperature, in float32, less the row's
     largest value first, so that a tiny temperature gives -inf, never nan: a temperature
     below float32's smallest normal number (1e-300 would round to 0, and 0 / 0 is nan) is
-    taken as that number."""
+    taken as that number. A new tensor; `logits` is left as it was."""
     rows = logits.float()
     smallest = torch.finfo(rows.dtype).tiny
     divisors = temperatures.to(rows.dtype).clamp_min(smallest)[:, None]
-    return (rows - rows.amax(dim=-1, keepdim=True)) / divisors
+    return torch.sub(rows, rows.amax(dim=-1, keepdim=True)).div_(divisors)
 
 
-def temperature_probabilities(logits: torch.Tensor, temperatures: torch.Tensor) -> torch.Tensor:
+def temperature_weights(logits: torch.Tensor, temperatures: torch.Tensor) -> torch.Tensor:
     """The distributions of rows sampled at a temperature alone (no top-k or top-p), all in
-    one pass: float32 `[rows, vocab]`. (Float64 row by row cost 0.2 ms a row over SmolLM2's
-    vocabulary, 13 ms for 64 rows; this, about 6 ms for the 64.)"""
-    return torch.softmax(_scaled(logits, temperatures), dim=-1)
+    one pass, unnormalised (`draw_rows` needs no unit mass): float32 `[rows, vocab]`, a
+    row's likeliest token weighing 1. Computed in place on one new tensor: over 64 rows of
+    SmolLM2's vocabulary on a 2-core AVX2 CPU, 3.9 ms against 22 ms for the softmax of
+    the scaled rows it replaced."""
+    return _scaled(logits, temperatures).exp_()
 
 
 def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -59,13 +61,35 @@ def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         scaled = scaled.masked_fill(scaled < kth, float("-inf"))
     probs = torch.softmax(scaled, dim=-1)
     if params.top_p < 1.0:
-        sorted_probs, sorted_ids = torch.sort(probs, descending=True)
-        cumulative = torch.cumsum(sorted_probs, dim=-1)
-        # Keep the smallest prefix whose mass reaches top_p (always at least one token).
-        outside = cumulative - sorted_probs >= params.top_p
-        probs = probs.index_fill(0, sorted_ids[outside], 0.0)
-        probs /= probs.sum()
+        probs = _nucleus(probs, params.top_p)
     return probs
+
+
+# The likeliest tokens a nucleus is first looked for among: sorting a whole vocabulary
+# costs about 4.3 ms (SmolLM2's 49,152 tokens, 2-core AVX2 CPU), finding its 1,024
+# likeliest 0.5 ms. On SmolLM2's own next-token distributions (283 of them) the 1,024
+# likeliest held the nucleus of top_p 0.9 every time at temperatures 0.7 and 1.0, the 256
+# likeliest 87% of the time at 1.0.
+NUCLEUS_CANDIDATES = 1024
+
+
+def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """`probs` ([vocab], summing to 1) cut to the smallest set of likeliest tokens whose mass
+    reaches `top_p` (at least one token), renormalised.
+
+    The set is read off the likeliest NUCLEUS_CANDIDATES tokens when their mass reaches
+    `top_p`, as a full sort would give it: every token after them starts past that mass.
+    A flatter distribution is sorted whole.
+    """
+    candidates = min(NUCLEUS_CANDIDATES, probs.shape[-1])
+    top_probs, top_ids = torch.topk(probs, candidates)
+    cumulative = torch.cumsum(top_probs, dim=-1)
+    if candidates < probs.shape[-1] and cumulative[-1] < top_p:
+        top_probs, top_ids = torch.sort(probs, descending=True)
+        cumulative = torch.cumsum(top_probs, dim=-1)
+    inside = cumulative - top_probs < top_p
+    kept = torch.zeros_like(probs).index_copy_(0, top_ids[inside], top_probs[inside])
+    return kept / kept.sum()
 
 
 def sample_next_token(
@@ -130,20 +154,29 @@ def sample_batch(
         if p.has_penalties:
             apply_penalties(logits[row], out, p)
         apply_logit_bias(logits[row], p)
-    tokens: list[int] = logits.argmax(dim=-1).tolist()
-    # Rows sampled at a temperature alone share one pass; top-k and top-p go row by row.
+    tokens = [0] * len(params)
+    # Greedy rows share one argmax and rows sampled at a temperature alone one pass (an
+    # argmax over every row cost 3.6 ms for 64 rows, 2-core AVX2 CPU); top-k and top-p go
+    # row by row.
+    greedy: list[int] = []
     plain: list[int] = []
     for row, p in enumerate(params):
         if p.is_greedy:
-            continue
-        if p.top_k == 0 and p.top_p >= 1:
+            greedy.append(row)
+        elif p.top_k == 0 and p.top_p >= 1:
             plain.append(row)
         else:
             tokens[row] = sample_next_token(logits[row], p, generators[row])
+    if greedy:
+        rows = logits if len(greedy) == len(params) else logits[greedy]
+        chosen = rows.argmax(dim=-1).tolist()
+        for row, token in zip(greedy, chosen, strict=True):
+            tokens[row] = token
     if plain:
         temperatures = torch.tensor([params[r].temperature for r in plain])
-        probs = temperature_probabilities(logits[plain], temperatures)
-        for row, token in zip(plain, draw_rows(probs, [generators[r] for r in plain]), strict=True):
+        weights = temperature_weights(logits[plain], temperatures)
+        drawn = draw_rows(weights, [generators[r] for r in plain])
+        for row, token in zip(plain, drawn, strict=True):
             tokens[row] = token
     results: list[tuple[int, TokenLogprob | None]] = []
     for row, p in enumerate(params):

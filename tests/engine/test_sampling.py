@@ -6,7 +6,7 @@ from collections import Counter
 
 import torch
 
-from engine.sampling import draw, sample_batch, sample_next_token
+from engine.sampling import NUCLEUS_CANDIDATES, draw, probabilities, sample_batch, sample_next_token
 from engine.types import SamplingParams
 
 
@@ -91,3 +91,44 @@ def test_a_tiny_temperature_samples_the_argmax() -> None:
     for _ in range(20):
         sampled = sample_batch(logits.clone(), params, [[], []], generators)
         assert [token for token, _ in sampled] == [1, 1]
+
+
+def full_sort_nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """The nucleus as a sort of the whole vocabulary gives it (the definition)."""
+    sorted_probs, sorted_ids = torch.sort(probs, descending=True)
+    outside = torch.cumsum(sorted_probs, dim=-1) - sorted_probs >= top_p
+    kept = probs.index_fill(0, sorted_ids[outside], 0.0)
+    return kept / kept.sum()
+
+
+def test_the_nucleus_from_the_likeliest_candidates_is_the_full_sorts() -> None:
+    """Peaked rows (the nucleus among the candidates) and flat ones (sorted whole) keep
+    the same tokens, with the same probabilities, as a sort of the whole vocabulary."""
+    generator = torch.Generator().manual_seed(5)
+    for spread, top_p in ((8.0, 0.9), (8.0, 0.5), (0.3, 0.9), (0.3, 0.99)):
+        logits = torch.randn(49152, generator=generator) * spread
+        params = SamplingParams(temperature=1.0, top_p=top_p)
+        ours = probabilities(logits, params)
+        expected = full_sort_nucleus(torch.softmax(logits, dim=-1), top_p)
+        assert torch.equal(ours > 0, expected > 0)
+        torch.testing.assert_close(ours, expected)
+    # One flat row needs more tokens than the candidates hold.
+    flat = full_sort_nucleus(torch.softmax(torch.randn(49152, generator=generator) * 0.3, -1), 0.9)
+    assert int((flat > 0).sum()) > NUCLEUS_CANDIDATES
+
+
+def test_rows_of_each_kind_in_one_batch_get_their_own_choice() -> None:
+    """Greedy rows take the argmax of their own row (not of a batch-wide pass), beside
+    sampled ones; a certain token is drawn whatever the generator."""
+    logits = torch.full((4, 10), -5.0)
+    for row, token in enumerate((3, 7, 1, 9)):
+        logits[row, token] = 20.0
+    params = [
+        SamplingParams(temperature=0),
+        SamplingParams(temperature=0.8),
+        SamplingParams(temperature=0),
+        SamplingParams(temperature=1.0, top_p=0.5),
+    ]
+    generators = [torch.Generator().manual_seed(row) for row in range(4)]
+    sampled = sample_batch(logits.clone(), params, [[] for _ in params], generators)
+    assert [token for token, _ in sampled] == [3, 7, 1, 9]
