@@ -258,8 +258,11 @@ def test_a_streamed_answers_spans_end_when_the_stream_ends(
     request_id = _request_id()
     stream = traced.client().chat.completions.create(
         model=live_server.engine.model_id,
-        messages=[{"role": "user", "content": "Count from one to twenty in words."}],
-        max_tokens=48,
+        # Long enough that the answer is still streaming when the first chunk is read: the
+        # server runs in this process, and a short answer could end while this thread
+        # waits for the GIL.
+        messages=[{"role": "user", "content": "Write a long story about a lighthouse."}],
+        max_tokens=200,
         temperature=0,  # greedy: a sampled answer can end before the first check below
         stream=True,
         stream_options={"include_usage": True},
@@ -273,6 +276,7 @@ def test_a_streamed_answers_spans_end_when_the_stream_ends(
     *_, last = chunks
     done_ns = time.time_ns()
     assert last.usage is not None
+    assert last.usage.completion_tokens > 100
 
     spans = traced.trace_of(request_id)
     server = _server(spans)
