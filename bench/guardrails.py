@@ -407,7 +407,7 @@ def bench_latency(embed: Embedder) -> list[str]:
             LATENCY_PROMPT,
         ),
         (
-            "MiniLM embedding of the whole prompt, bfloat16 (the request copy)",
+            "MiniLM embedding of the whole prompt, bfloat16 (the requests' embedder)",
             lambda p: embed([p]),
             LATENCY_PROMPT,
         ),
@@ -457,7 +457,7 @@ def bench_latency(embed: Embedder) -> list[str]:
 
 def main() -> None:
     started = time.perf_counter()
-    embed = Embedder.load().request_copy()  # what gateway/services.py gives the guardrails
+    embed = Embedder.load().for_requests()  # what gateway/services.py gives the guardrails
     lines: list[str] = []
     parts: dict[str, Callable[[Embedder], list[str]]] = {
         "latency": bench_latency,

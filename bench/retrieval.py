@@ -128,7 +128,7 @@ def evaluate(
     embedder: Embedder, folder: Path, limit: int | None
 ) -> tuple[dict[str, Quality], float]:
     docs, queries, judged = load_cranfield()
-    store, _ = open_store(folder, embedder, embedder.request_copy())
+    store, _ = open_store(folder, embedder, embedder.for_requests())
     started = time.perf_counter()
     chunks = 0
     source_to_doc: dict[str, str] = {}
@@ -201,7 +201,7 @@ def speed(folder: Path, size: int, repeat: int) -> dict[str, object]:
     """Latencies over `size` chunks. Each timed loop sees queries new to its embedder, whose
     cache would otherwise skip the query's encoding."""
     embedder = Embedder.load()
-    query_embedder = embedder.request_copy()
+    query_embedder = embedder.for_requests()
     store, sessions = open_store(folder, embedder, query_embedder)
     chunks = synthesise(embedder, size)
     with sessions() as session:

@@ -134,7 +134,7 @@ def load_services(
         analyzer_loaded = loaders.submit(_timed, "pii_analyzer", build_analyzer)
         embedder = embedder or _timed("embedder", Embedder.load)
         # Requests get their own copy: bf16 where native, on the cores the engine leaves.
-        request_embedder = embedder.request_copy()
+        request_embedder = embedder.for_requests()
         store = DocumentStore(
             sessions, embedder, settings.index_dir, query_embedder=request_embedder
         )

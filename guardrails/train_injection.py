@@ -570,7 +570,7 @@ def guardrail_embedder() -> TokenEmbedder:
     lets it use every core (the vectors do not depend on the thread count)."""
     from retrieval.embedder import Embedder as MiniLM
 
-    embedder = MiniLM.load().request_copy()
+    embedder = MiniLM.load().for_requests()
     embedder.threads = None
     return embedder
 

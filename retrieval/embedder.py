@@ -97,7 +97,7 @@ class Embedder:
         )
         return cls(model)
 
-    def request_copy(self) -> Embedder:
+    def for_requests(self) -> Embedder:
         """The embedder of a request's texts (the guardrails' checks and retrieval
         queries; documents keep this float32 one), with its own cache, so a user message
         both need is embedded once. It runs on half the cores, beside the engine thread: two

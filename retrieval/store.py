@@ -67,9 +67,10 @@ class DocumentStore:
             session_factory, embedder, Path(index_dir), approximate_above
         )
         # The query side lives in chunk_search.py; the store offers its `search` as its own.
-        # Queries may go through a faster copy of the same model (the gateway passes the
-        # bf16 request copy: cosine 0.9999 to float32, and it has often just embedded the
-        # same user message); documents always go through `embedder`.
+        # Queries may go through the same model's embedder for requests (the gateway passes
+        # `Embedder.for_requests`: bf16 where the CPU has it, cosine 0.9999 to float32, and it
+        # has often just embedded the same user message); documents always go through
+        # `embedder`.
         self.search = ChunkSearch(
             session_factory,
             embedder,

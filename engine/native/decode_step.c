@@ -355,6 +355,15 @@ static inline __m256 exp8(__m256 x) {
 }
 #endif
 
+#if defined(__AVX2__) && defined(__FMA__)
+/* The sum of v's 8 lanes. */
+static inline float sum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+#endif
+
 /* s[0:n] <- softmax(s[0:n]) */
 static void softmax(float *s, int64_t n) {
     float peak = -INFINITY, total = 0.0f;
@@ -376,9 +385,7 @@ static void softmax(float *s, int64_t n) {
         _mm256_storeu_ps(s + t, e);
         sum = _mm256_add_ps(sum, e);
     }
-    __m128 half = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
-    half = _mm_add_ps(half, _mm_movehl_ps(half, half));
-    total = _mm_cvtss_f32(_mm_add_ss(half, _mm_movehdup_ps(half)));
+    total = sum8(sum);
     for (; t < n; t++) total += (s[t] = expf(s[t] - peak));
 #else
     for (int64_t t = 0; t < n; t++) total += (s[t] = expf(s[t] - peak));
@@ -554,8 +561,7 @@ static void scores_f32(const float *q, int64_t group, int64_t D, const float *k_
             for (int64_t d = 0; d < D; d += 8)
                 acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i * D + d), _mm256_loadu_ps(key + d),
                                       acc);
-            const __m256 zero = _mm256_setzero_ps();
-            s[i * len + t] = _mm_cvtss_f32(sum4x8(acc, zero, zero, zero)) * scale;
+            s[i * len + t] = sum8(acc) * scale;
         }
     }
 }

@@ -57,7 +57,7 @@ def run_guardrails_check(settings: Settings, args: argparse.Namespace) -> int:
         return 2
     sessions = open_database(settings)
     audit = AuditLog(sessions)
-    policies = open_policies(settings.policy_dir, Embedder.load().request_copy(), audit)
+    policies = open_policies(settings.policy_dir, Embedder.load().for_requests(), audit)
     runtime = policies.for_tenant(args.tenant)
     if runtime is None:
         print(

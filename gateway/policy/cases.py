@@ -111,7 +111,7 @@ def guardrail_check_for(loaded: LoadedPolicy) -> InputCheck:
     from gateway.policy.runtime import build_policy_runtime
     from retrieval import Embedder
 
-    runtime = build_policy_runtime(loaded, Embedder.load().request_copy())
+    runtime = build_policy_runtime(loaded, Embedder.load().for_requests())
 
     def check(texts: list[str], topic_text: str) -> tuple[list[tuple[str, str, str]], str | None]:
         result = runtime.input_guardrails.check(texts, topic_text)

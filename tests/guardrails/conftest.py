@@ -28,4 +28,4 @@ def minilm() -> MiniLM:
 @pytest.fixture(scope="session")
 def embedder(minilm: MiniLM) -> Embedder:
     """What the gateway gives the guardrails: MiniLM in bf16 where the CPU has it."""
-    return minilm.request_copy()
+    return minilm.for_requests()

@@ -1,4 +1,4 @@
-"""The embedder's per-text cache and the request copy (guardrails and retrieval queries)."""
+"""The embedder's per-text cache and the requests' embedder (guardrails and retrieval queries)."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def test_injection_and_topic_checks_embed_a_request_once(embedder: MiniLM) -> No
     assert counting.asked and set(counting.asked) == {normalize(text)}
 
 
-def test_the_request_copy_runs_on_half_the_cores_and_restores_the_callers_threads(
+def test_the_requests_embedder_runs_on_half_the_cores_and_restores_the_callers_threads(
     embedder: MiniLM,
 ) -> None:
     import torch
@@ -102,7 +102,7 @@ ONBOARDING = Topic(name="hr", description="Human resources: onboarding, hiring a
 
 
 def test_a_long_unsure_request_is_embedded_once_for_both_checks(minilm: MiniLM) -> None:
-    counting = RecordingEmbedder(minilm.request_copy())
+    counting = RecordingEmbedder(minilm.for_requests())
     classifier = InjectionClassifier.load()
     window = normalize(UNSURE)
     assert EMBED_CHARS < len(window) <= WINDOW_CHARS
@@ -122,8 +122,8 @@ def test_a_long_unsure_request_is_embedded_once_for_both_checks(minilm: MiniLM) 
     assert len(others) <= SUSPECT_UNITS and others <= set(text_units(window))
     # The same verdicts as from an embedder with no cache to share (the scores up to bf16
     # rounding: a batch of several texts is computed in another shape than one text).
-    topics_alone = TopicMatcher(minilm.request_copy(), topics)
-    injection_alone = InjectionDetector(InjectionConfig(), embed=minilm.request_copy())
+    topics_alone = TopicMatcher(minilm.for_requests(), topics)
+    injection_alone = InjectionDetector(InjectionConfig(), embed=minilm.for_requests())
     alone = [injection_alone.check([UNSURE]), topics_alone.check(UNSURE)]
     assert [v.action for v in shared] == [v.action for v in alone]
     assert [v.score for v in shared] == pytest.approx([v.score for v in alone], abs=0.01)
@@ -140,7 +140,7 @@ def test_embedding_head_is_the_start_of_a_long_text_cut_at_a_space() -> None:
 def test_the_input_checks_embed_in_one_model_pass(minilm: MiniLM, redactor: PiiRedactor) -> None:
     """A request the screen clears but one of whose sentences it finds suspect: the
     injection check embeds that sentence and, in the same batch, the topic check's text."""
-    counting = RecordingEmbedder(minilm.request_copy())
+    counting = RecordingEmbedder(minilm.for_requests())
     batches = counting.batches
     topics = TopicMatcher(counting, TopicConfig(enabled=True, allowed=[ONBOARDING]))
     checks = InputGuardrails(InjectionDetector(InjectionConfig(), embed=counting), redactor, topics)

@@ -161,18 +161,18 @@ def test_texts_the_tokenizer_reads_alike_share_one_pass(embedder: Embedder) -> N
     assert written_tokens[0].shape[1] == embedder.dimension
 
 
-def test_without_native_bf16_the_request_copy_reads_the_same_weights(
+def test_without_native_bf16_requests_are_embedded_with_the_same_weights(
     embedder: Embedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A float32 request copy would duplicate every weight; it shares the model, its
+    """A float32 copy for requests would duplicate every weight; it shares the model, its
     tokenizer's lock and nothing else: its cache and threads are its own."""
     monkeypatch.setattr("retrieval.embedder.cpu_has_bf16", lambda: False)
-    copy = embedder.request_copy()
+    copy = embedder.for_requests()
     assert copy._model is embedder._model and copy._tokenizing is embedder._tokenizing
     assert copy._cache is not embedder._cache and copy.threads is not None
     embedder.forget()
     copy.forget()
-    text = "the request copy and the document embedder agree"
+    text = "the requests' embedder and the documents' agree"
     np.testing.assert_array_equal(copy.embed([text]), embedder.embed([text]))
 
     # One tokenizer, two embedders on several threads: uncut counting and cut encoding
@@ -193,13 +193,13 @@ def test_without_native_bf16_the_request_copy_reads_the_same_weights(
     assert results[0] == 3 and results[1] == 20 * (400 + 2)
 
 
-def test_with_native_bf16_the_request_copy_is_a_bfloat16_model_of_its_own(
+def test_with_native_bf16_requests_get_a_bfloat16_model_of_their_own(
     embedder: Embedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import torch
 
     monkeypatch.setattr("retrieval.embedder.cpu_has_bf16", lambda: True)
-    copy = embedder.request_copy()
+    copy = embedder.for_requests()
     assert copy._model is not embedder._model
     assert {p.dtype for p in copy._model.parameters()} == {torch.bfloat16}
     assert {p.dtype for p in embedder._model.parameters()} == {torch.float32}

@@ -228,7 +228,7 @@ def test_a_reduced_precision_query_embedder_ranks_like_the_document_one(
     exact = DocumentStore(session_factory, embedder, index_dir)
     _ingest_handbook(exact)
     fast = DocumentStore(
-        session_factory, embedder, index_dir, query_embedder=embedder.request_copy()
+        session_factory, embedder, index_dir, query_embedder=embedder.for_requests()
     )
     for question in (
         "How many vacation days do I get?",
