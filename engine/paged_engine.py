@@ -30,7 +30,7 @@ from engine.model_runner import ModelRunner
 from engine.model_source import ModelSource, load_model
 from engine.prepared_weights import load_prepared
 from engine.smoothing import calibration_ids
-from engine.tokenization import ChatEncoder, find_stop_token_ids
+from engine.tokenization import ChatEncoder, find_stop_token_ids, text_decoder
 from engine.types import (
     ChatMessage,
     Constraint,
@@ -102,6 +102,7 @@ class PagedEngine:
         self._core = core
         self._tokenizer = tokenizer
         self._chat_ids = ChatEncoder(tokenizer)
+        self._decode = text_decoder(tokenizer)
         self._model_id = model_id
         self._config = config
         self._commands: queue.SimpleQueue[object] = queue.SimpleQueue()
@@ -380,15 +381,6 @@ class PagedEngine:
         return result
 
     # -- internals ------------------------------------------------------------------------
-
-    def _decode(self, ids: Sequence[int]) -> str:
-        # No clean-up of spaces: it rewrites " ," to "," once the comma arrives, after the
-        # space went out, so the incremental text would lose the comma.
-        return str(
-            self._tokenizer.decode(
-                list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False
-            )
-        )
 
     def _encode_text(self, text: str) -> list[int]:
         return list(self._tokenizer.encode(text, add_special_tokens=False))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from engine.types import ChatMessage
@@ -44,6 +44,32 @@ class ChatEncoder:
             while len(self._ids) > self._entries:
                 self._ids.popitem(last=False)
         return ids
+
+
+def text_decoder(tokenizer: Any) -> Callable[[Sequence[int]], str]:
+    """Token ids to text, special tokens left out and spaces as the tokens have them.
+
+    No clean-up of spaces: it rewrites " ," to "," once the comma arrives, after the space
+    went out, so incremental text would lose the comma. A fast tokenizer's Rust backend is
+    called directly: transformers' `decode` around it gives the same text at several times
+    the cost in Python (a list and type checks per call), and streaming decodes per token.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+
+        def decode_backend(ids: Sequence[int]) -> str:
+            return str(backend.decode(list(ids), skip_special_tokens=True))
+
+        return decode_backend
+
+    def decode(ids: Sequence[int]) -> str:
+        return str(
+            tokenizer.decode(
+                list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False
+            )
+        )
+
+    return decode
 
 
 def prompt_token_bound(messages: Sequence[ChatMessage], template_tokens: int) -> int:
