@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.attention import AttentionContext, PrefillChunk
+from engine.attention import AttentionContext, PrefillChunk, SharedPrefix
 from engine.config import EngineConfig
 from engine.grammar import GrammarRows, apply_masks, fill_masks
 from engine.kv_pool import KVPool
@@ -32,6 +32,10 @@ SHARED_STEP_MIN_TOKENS = 8
 # workers still spin on the other core, so a second OpenMP thread waited for them, and the
 # elementwise ops over one row's 49,152 logits took a third of one stream's busy time.
 SHARED_SAMPLING_MIN_ROWS = 16
+# Prefill chunks that begin with at least this many tokens of the same cached blocks attend
+# to them together (engine/attention.py, `SharedPrefix`); a shorter run saves less than
+# the merge costs.
+CASCADE_MIN_TOKENS = 64
 
 
 @dataclass
@@ -71,6 +75,8 @@ class _StepParts:
     decode_tables: list[list[int]] = field(default_factory=list)
     decode_lengths: list[int] = field(default_factory=list)
     prefills: list[PrefillChunk] = field(default_factory=list)
+    # (index in `prefills`, block table, first new position) of chunks with cached context
+    cached_chunks: list[tuple[int, list[int], int]] = field(default_factory=list)
     logit_rows: list[int] = field(default_factory=list)
     samplers: list[int] = field(default_factory=list)
     verify_rows: list[int] = field(default_factory=list)
@@ -179,7 +185,37 @@ class ModelRunner:
         q_pos = torch.arange(start, end, device=self.device)
         k_pos = torch.arange(end, device=self.device)
         mask = k_pos[None, :] <= q_pos[:, None]
+        parts.cached_chunks.append((len(parts.prefills), block_table, start))
         parts.prefills.append(PrefillChunk(row, end - start, context, mask))
+
+    def _shared_prefixes(self, parts: _StepParts) -> tuple[SharedPrefix, ...]:
+        """The longest runs of whole cached blocks that chunks of the step begin with, for
+        runs of at least CASCADE_MIN_TOKENS shared by two chunks or more (CPU only: the
+        cascade uses PyTorch's CPU flash attention)."""
+        if self.device.type != "cpu" or len(parts.cached_chunks) < 2:
+            return ()
+        by_first_block: dict[int, list[tuple[int, list[int], int]]] = {}
+        for chunk in parts.cached_chunks:
+            by_first_block.setdefault(chunk[1][0], []).append(chunk)
+        shared_prefixes = []
+        for members in by_first_block.values():
+            if len(members) < 2:
+                continue
+            tables = [table for _, table, _ in members]
+            limit = min(start for _, _, start in members) // self.block_size
+            blocks = 0
+            while blocks < limit and all(t[blocks] == tables[0][blocks] for t in tables):
+                blocks += 1
+            if blocks * self.block_size >= CASCADE_MIN_TOKENS:
+                indexes = [index for index, _, _ in members]
+                shared_prefixes.append(
+                    SharedPrefix.of(
+                        self._slots(tables[0], 0, blocks * self.block_size),
+                        parts.prefills,
+                        tuple(indexes),
+                    )
+                )
+        return tuple(shared_prefixes)
 
     def _tensors(self, parts: _StepParts) -> StepInputs:
         ctx = AttentionContext(
@@ -188,6 +224,7 @@ class ModelRunner:
             decode_slots=None,
             decode_mask=None,
             prefills=tuple(parts.prefills),
+            shared_prefixes=self._shared_prefixes(parts),
         )
         if parts.decode_tables:
             ctx = self._with_decodes(ctx, parts.decode_tables, parts.decode_lengths)
@@ -291,7 +328,12 @@ class ModelRunner:
             lens = torch.tensor(lengths, device=self.device)
             mask = torch.arange(width, device=self.device)[None, :] < lens[:, None]
         return AttentionContext(
-            ctx.slot_mapping, len(tables), slots.contiguous(), mask, ctx.prefills
+            ctx.slot_mapping,
+            len(tables),
+            slots.contiguous(),
+            mask,
+            ctx.prefills,
+            ctx.shared_prefixes,
         )
 
 
