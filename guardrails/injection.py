@@ -210,6 +210,8 @@ class InjectionDetector:
         )
         # Window -> probability (a window's score is a function of its text alone).
         self._probabilities: TextCache[float] = TextCache(entries=1024)
+        # A text no pattern flagged and the classifier passed -> its highest probability.
+        self._clean: TextCache[float] = TextCache(entries=1024)
 
     @property
     def config(self) -> InjectionConfig:
@@ -272,46 +274,66 @@ class InjectionDetector:
     def _judge(
         self, groups: list[list[_Candidate]], check: str, embed_along: Sequence[str] = ()
     ) -> list[Verdict]:
-        """One verdict per group of candidates: patterns first, then one classifier batch."""
+        """One verdict per group of candidates: patterns first, then one classifier batch.
+
+        A classified candidate that nothing flagged is remembered by its text with its
+        highest window probability (`_clean`), so a text that comes again, as a client's
+        system message or a retrieved chunk does with every request, costs a lookup.
+        """
         mode = self._config.mode
         evidence: list[dict[str, str]] = [{} for _ in groups]
+        scores = [0.0 for _ in groups]
         windows: dict[str, list[tuple[int, str]]] = {}  # window -> (group, label) pairs
+        # (group, text, its windows) of each candidate scanned with no evidence in its group
+        unflagged: list[tuple[int, str, list[str]]] = []
         for g, candidates in enumerate(groups):
             for candidate in candidates:
-                variants = decoded_variants(candidate.text)
-                for v, variant in enumerate(variants):
+                classify = self._classifier is not None and candidate.classify
+                known = self._clean.get(candidate.text) if classify else None
+                if known is not None:
+                    scores[g] = max(scores[g], known)
+                    continue
+                own_windows: list[str] = []
+                for v, variant in enumerate(decoded_variants(candidate.text)):
+                    where = candidate.label + (", decoded" if v else "")
                     for name, pattern in self._patterns:
                         needs = _NEEDS.get(name)
                         if needs is not None and not any(key in variant for key in needs):
                             continue
                         match = pattern.search(variant)
                         if match and name not in evidence[g] and not _quoted(variant, match):
-                            where = candidate.label + (", decoded" if v else "")
                             evidence[g][name] = (
                                 f"{name} in {where}: {match.group()[:_SNIPPET_CHARS]}"
                             )
                     if not evidence[g]:
                         # A quoted mention is left to the classifier, as for the regexes.
                         unquoted = _QUOTED_SPAN.sub(" ", variant)
-                        where = candidate.label + (", decoded" if v else "")
                         for name, matcher in _TOLERANT_MATCHERS:
                             found = matcher(unquoted)
                             if found is not None:
                                 evidence[g][name] = f"{name} in {where}: {found[:_SNIPPET_CHARS]}"
                                 break
-                    if self._classifier is not None and candidate.classify:
+                    if classify:
                         for window in text_windows(variant):
-                            where = candidate.label + (", decoded" if v else "")
+                            own_windows.append(window)
                             windows.setdefault(window, []).append((g, where))
+                if classify and not evidence[g]:
+                    unflagged.append((g, candidate.text, own_windows))
         # A pattern match is certain (score 1); otherwise the best classifier probability.
-        scores = [1.0 if ev else 0.0 for ev in evidence]
+        scores = [1.0 if ev else score for ev, score in zip(evidence, scores, strict=True)]
+        probabilities: dict[str, float] = {}
         if windows:
-            probabilities = self._classify(list(windows), embed_along)
-            for owners, p in zip(windows.values(), probabilities, strict=True):
+            scored = self._classify(list(windows), embed_along)
+            probabilities = dict(zip(windows, scored, strict=True))
+            for owners, p in zip(windows.values(), scored, strict=True):
                 for g, where in owners:
                     scores[g] = max(scores[g], p)
                     if p >= self._threshold and "classifier" not in evidence[g]:
                         evidence[g]["classifier"] = f"classifier p={p:.2f} in {where}"
+        for g, text, own_windows in unflagged:
+            highest = max((probabilities[w] for w in own_windows), default=0.0)
+            if not evidence[g] and highest < self._threshold:
+                self._clean.put(text, highest)
         return [
             Verdict(check, "block" if ev else "allow", round(score, 4), tuple(ev.values()), mode)
             for ev, score in zip(evidence, scores, strict=True)
