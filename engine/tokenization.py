@@ -51,8 +51,8 @@ def text_decoder(tokenizer: Any) -> Callable[[Sequence[int]], str]:
 
     No clean-up of spaces: it rewrites " ," to "," once the comma arrives, after the space
     went out, so incremental text would lose the comma. A fast tokenizer's Rust backend is
-    called directly: transformers' `decode` around it gives the same text at several times
-    the cost in Python (a list and type checks per call), and streaming decodes per token.
+    called directly: transformers' `decode` around it gives the same text at about twice
+    the cost (a list and type checks in Python per call), and streaming decodes per token.
     """
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
