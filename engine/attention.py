@@ -253,7 +253,6 @@ def _attention_with_lse(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """PyTorch's CPU flash attention, which also returns each query's log-sum-exp of its
     scores (float32); `mask` is additive, in q's dtype."""
-    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=mask)[
-        :2
-    ]
-    return out, lse
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    result = flash(q, k, v, attn_mask=mask)
+    return result[0], result[1]

@@ -33,8 +33,8 @@ SHARED_STEP_MIN_TOKENS = 8
 # elementwise ops over one row's 49,152 logits took a third of one stream's busy time.
 SHARED_SAMPLING_MIN_ROWS = 16
 # Prefill chunks that begin with at least this many tokens of the same cached blocks attend
-# to them together (engine/attention.py, `SharedPrefix`); a shorter run saves less than
-# the merge costs.
+# to them together (engine/attention.py, `SharedPrefix`). Chosen, not tuned: a run of a
+# few blocks leaves little to read once, against the merge's extra ops.
 CASCADE_MIN_TOKENS = 64
 
 
