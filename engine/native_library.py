@@ -38,12 +38,14 @@ _ptr = ctypes.c_void_p
 
 
 class Projection(ctypes.Structure):
-    """`Projection` in decode_step.c: int8 weights, their scales and bias."""
+    """`Projection` in decode_step.c: int8 weights, their scales and bias, and the bf16
+    twin of the weights (or None) that AMX tile products read."""
 
     _fields_ = [
         ("weight", _ptr),
         ("scale", _ptr),
         ("bias", _ptr),
+        ("dense", _ptr),
         ("out", _int64),
         ("in_", _int64),
         ("group", _int64),

@@ -30,6 +30,7 @@ typedef struct {
     const int8_t *weight;  /* [out, in] */
     const float *scale;    /* [out, in / group] */
     const float *bias;     /* [out] or NULL */
+    const uint16_t *dense; /* [out, in] bf16, the same weights dequantized, or NULL */
     int64_t out, in, group;
 } Projection;
 
@@ -240,21 +241,18 @@ static void span(int tid, int n, int64_t total, int64_t *lo, int64_t *hi) {
     *hi = total * (tid + 1) / n;
 }
 
-#if defined(FAST_TILES) && PACK_ROWS == 16 && defined(__AMX_TILE__) && defined(__AMX_BF16__) && \
-    defined(__AVX512BF16__)
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
 #include <sys/syscall.h>
 #include <unistd.h>
-/* AMX (Intel's tile matrix unit): a batch's projections as bf16 tile products. The int16
- * path's multiply-adds grow with the rows (compute bound from a few rows on), while a tile
- * product takes 16 rows at the cost of one. The weights stay the packed int8 ones: each
- * 16-row block is converted to a scaled bf16 tile as it streams past, a cost paid once per
- * step whatever the rows (about 6 ms of a step here), so a few rows stay on the int16
- * path. On a 2-core Sapphire Rapids-class Xeon, SmolLM2 at 600 tokens of context
- * (bench/native_step.py): 1 row 6.4 ms against 3.7, 8 rows 9.7 against 10.2, 16 rows 20.5
- * against 25.0, 32 rows 37.7 against 50.6. A bf16 copy of the weights instead (twice the
- * bytes to read) took 8.2, 13.2, 25.2 and 41.1. bf16 activations are what prefill uses. */
+/* AMX (Intel's tile matrix unit): a batch's projections as bf16 tile products over the
+ * dense bf16 twin of the int8 weights. The int16 path's multiply-adds grow with the rows,
+ * while a tile product takes 16 rows at the cost of one; but the twin has twice the int8
+ * bytes, and a step reads all of them. On a 2-core Sapphire Rapids-class Xeon, SmolLM2 at
+ * 600 tokens of context (bench/native_step.py): 1 row 8.0 ms against 3.5, 12 rows 19.9
+ * against 19.0, 16 rows 24.0 against 25.0, 32 rows 40.3 against 51.0, 64 rows 78.5
+ * against 103.3. bf16 activations are what prefill uses. */
 #define FAST_AMX 1
-#define AMX_MIN_ROWS 8
+#define AMX_MIN_ROWS 16
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 
@@ -276,7 +274,7 @@ static int amx_permitted(void) {
 }
 
 static int amx_shape(const Projection *p) {
-    return p->in % 32 == 0 && p->out % 16 == 0 && bastion_packed_layout(p->out, p->in, p->group);
+    return p->dense != NULL && p->in % 32 == 0 && p->out % 16 == 0;
 }
 
 /* Whether every projection of the model can take the tile path. */
@@ -291,112 +289,105 @@ static int amx_model(const Model *m) {
     return 1;
 }
 
-/* Tiles 0-3: float32 sums [16 tokens][16 weight rows]; 4: tokens [16][32 features]; 5:
- * weights [16 feature pairs][16 rows][2]. */
+/* Tiles 0-3: float32 sums [16 weight rows][16 tokens]; 4, 6, 7: weights [16 rows][32
+ * features]; 5: tokens [16 feature pairs][16 tokens][2]. */
 static void amx_configure(void) {
     TileConfig config;
     memset(&config, 0, sizeof config);
     config.palette_id = 1;
-    for (int t = 0; t < 6; t++) {
+    for (int t = 0; t < 8; t++) {
         config.rows[t] = 16;
         config.colsb[t] = 64;
     }
     _tile_loadconfig(&config);
 }
 
-/* Row b of the batch (float32, K features) as bf16 into `rows` ([batch][K]). */
-static void amx_row(const float *row, int64_t K, int64_t b, uint16_t *rows) {
-    uint16_t *out = rows + b * K;
-    for (int64_t k = 0; k < K; k += 32)
-        _mm512_storeu_si512((__m512i *)(out + k),
-                            (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(row + k + 16),
-                                                         _mm512_loadu_ps(row + k)));
+/* Row b of the batch (float32, K features) into `packed`, bf16 in the token tiles'
+ * layout: [tiles of 16 rows][K / 2][16][2]. A feature pair is 32 bits, so each 32
+ * features convert in one instruction and scatter as 16 pairs. */
+static void amx_pack_row(const float *row, int64_t K, int64_t b, uint16_t *packed) {
+    uint32_t *out = (uint32_t *)packed + (b / 16) * (K / 2) * 16 + b % 16;
+    const __m512i pair = _mm512_mullo_epi32(_mm512_set1_epi32(16),
+                                            _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6,
+                                                             5, 4, 3, 2, 1, 0));
+    for (int64_t k = 0; k < K; k += 32) {
+        const __m512bh both = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(row + k + 16),
+                                                  _mm512_loadu_ps(row + k));
+        _mm512_i32scatter_epi32(out + (k / 2) * 16, pair, (__m512i)both, 4);
+    }
 }
 
-/* y[b * ldy + n] = dot(W[n], x[b]) + bias[n] for this thread's share of the rows of W, x
- * as bf16 rows (amx_row). Each 16-row block's packed int8 weights ([in / 2][16][2], the
- * layout of a bf16 pair tile) and scales ([groups][16]) become one scaled bf16 tile per 32
- * features, which serves up to 4 tiles of 16 tokens; the sums start from the bias. */
-static void project_amx(const Projection *p, const uint16_t *xb, int64_t batch, float *y,
-                         int64_t ldy, int tid, int threads) {
-    const int64_t K = p->in, groups = K / p->group, token_tiles = (batch + 15) / 16;
+/* Tile `C` (sums [16 weight rows from n0][16 tokens from b0]) into y, transposed back. */
+#define AMX_STORE(C, n0, b0)                                                                 \
+    do {                                                                                     \
+        _tile_stored(C, sums, 64);                                                           \
+        amx_scatter(p, sums, n0, b0, batch, y, ldy);                                         \
+    } while (0)
+
+static void amx_scatter(const Projection *p, const float *sums, int64_t n0, int64_t b0,
+                        int64_t batch, float *y, int64_t ldy) {
+    const __m512i column = _mm512_mullo_epi32(_mm512_set1_epi32(16),
+                                              _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7,
+                                                               6, 5, 4, 3, 2, 1, 0));
+    const __m512 bias = p->bias ? _mm512_loadu_ps(p->bias + n0) : _mm512_setzero_ps();
+    const int64_t tokens = batch - b0 < 16 ? batch - b0 : 16;
+    for (int64_t j = 0; j < tokens; j++)
+        _mm512_storeu_ps(y + (b0 + j) * ldy + n0,
+                         _mm512_add_ps(_mm512_i32gather_ps(column, sums + j, 4), bias));
+}
+
+/* y[b * ldy + n] = dot(dense[n], x[b]) + bias[n] for this thread's share of the weight
+ * rows, x packed by amx_pack_row. Four weight tiles (64 rows) at a time: their sums are
+ * independent, and the four tiles' rows stay in cache while each token tile passes. The
+ * sums come out transposed (weight rows by tokens) and are gathered back. */
+static void project_amx(const Projection *p, const uint16_t *packed, int64_t batch, float *y,
+                        int64_t ldy, int tid, int threads) {
+    const int64_t K = p->in, token_tiles = (batch + 15) / 16, next = (K / 2) * 32;
     int64_t lo, hi;
     span(tid, threads, p->out / 16, &lo, &hi);
-    uint16_t weights[16 * 32] __attribute__((aligned(64)));
-    float start[16 * 16] __attribute__((aligned(64)));
-    float rest[16 * 16] __attribute__((aligned(64)));
-    const __m512i low_rows = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
-    const __m512i high_rows =
-        _mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
-    for (int64_t n0 = lo * 16; n0 < hi * 16; n0 += 16) {
-        const int8_t *w = p->weight + n0 * K;
-        const float *scale = p->scale + n0 * groups;
-        if (p->bias) {
-            const __m512 bias = _mm512_loadu_ps(p->bias + n0);
-            for (int r = 0; r < 16; r++) _mm512_store_ps(start + r * 16, bias);
-        }
-        for (int64_t t0 = 0; t0 < token_tiles; t0 += 4) {
-            const int64_t count = token_tiles - t0 < 4 ? token_tiles - t0 : 4;
-            const uint16_t *x = xb + t0 * 16 * K;
-            if (p->bias) {
-                _tile_loadd(0, start, 64);
-                if (count > 1) _tile_loadd(1, start, 64);
-                if (count > 2) _tile_loadd(2, start, 64);
-                if (count > 3) _tile_loadd(3, start, 64);
-            } else {
-                _tile_zero(0);
-                if (count > 1) _tile_zero(1);
-                if (count > 2) _tile_zero(2);
-                if (count > 3) _tile_zero(3);
-            }
+    float sums[16 * 16] __attribute__((aligned(64)));
+    int64_t tile = lo;
+    for (; tile + 4 <= hi; tile += 4) {
+        const int64_t n0 = tile * 16;
+        const uint16_t *w = p->dense + n0 * K;
+        for (int64_t t = 0; t < token_tiles; t++) {
+            const uint16_t *x = packed + t * next;
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
             for (int64_t k = 0; k < K; k += 32) {
-                const __m512 s = _mm512_loadu_ps(scale + (k / p->group) * 16);
-                const __m512 s_low = _mm512_permutexvar_ps(low_rows, s);
-                const __m512 s_high = _mm512_permutexvar_ps(high_rows, s);
-                const int8_t *pairs = w + (k / 2) * 32;
-                for (int r = 0; r < 16; r++) {
-                    const __m512 a = _mm512_cvtepi32_ps(
-                        _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(pairs + r * 32))));
-                    const __m512 b = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-                        _mm_loadu_si128((const __m128i *)(pairs + r * 32 + 16))));
-                    _mm512_store_si512((__m512i *)(weights + r * 32),
-                                       (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(b, s_high),
-                                                                     _mm512_mul_ps(a, s_low)));
-                }
-                _tile_loadd(5, weights, 64);
-                _tile_loadd(4, x + k, K * 2);
+                _tile_loadd(5, x + (k / 2) * 32, 64);
+                _tile_loadd(4, w + k, K * 2);
                 _tile_dpbf16ps(0, 4, 5);
-                if (count > 1) {
-                    _tile_loadd(4, x + 16 * K + k, K * 2);
-                    _tile_dpbf16ps(1, 4, 5);
-                }
-                if (count > 2) {
-                    _tile_loadd(4, x + 32 * K + k, K * 2);
-                    _tile_dpbf16ps(2, 4, 5);
-                }
-                if (count > 3) {
-                    _tile_loadd(4, x + 48 * K + k, K * 2);
-                    _tile_dpbf16ps(3, 4, 5);
-                }
+                _tile_loadd(6, w + 16 * K + k, K * 2);
+                _tile_dpbf16ps(1, 6, 5);
+                _tile_loadd(7, w + 32 * K + k, K * 2);
+                _tile_dpbf16ps(2, 7, 5);
+                _tile_loadd(4, w + 48 * K + k, K * 2);
+                _tile_dpbf16ps(3, 4, 5);
             }
-            for (int64_t t = 0; t < count; t++) {
-                const int64_t b0 = (t0 + t) * 16;
-                const int64_t tokens = batch - b0 < 16 ? batch - b0 : 16;
-                float *to = tokens == 16 ? y + b0 * ldy + n0 : rest;
-                const int64_t stride = tokens == 16 ? ldy * 4 : 64;
-                switch (t) {
-                case 0: _tile_stored(0, to, stride); break;
-                case 1: _tile_stored(1, to, stride); break;
-                case 2: _tile_stored(2, to, stride); break;
-                default: _tile_stored(3, to, stride); break;
-                }
-                if (tokens < 16)
-                    for (int64_t j = 0; j < tokens; j++)
-                        memcpy(y + (b0 + j) * ldy + n0, rest + j * 16, 16 * sizeof(float));
+            AMX_STORE(0, n0, t * 16);
+            AMX_STORE(1, n0 + 16, t * 16);
+            AMX_STORE(2, n0 + 32, t * 16);
+            AMX_STORE(3, n0 + 48, t * 16);
+        }
+    }
+    for (; tile < hi; tile++) {
+        const int64_t n0 = tile * 16;
+        for (int64_t t = 0; t < token_tiles; t++) {
+            const uint16_t *x = packed + t * next;
+            _tile_zero(0);
+            for (int64_t k = 0; k < K; k += 32) {
+                _tile_loadd(5, x + (k / 2) * 32, 64);
+                _tile_loadd(4, p->dense + n0 * K + k, K * 2);
+                _tile_dpbf16ps(0, 4, 5);
             }
+            AMX_STORE(0, n0, t * 16);
         }
     }
 }
+#undef AMX_STORE
 #endif
 
 /* y[b * ldy + n] = dot(W[n], xq[b]) * xs[b] + bias[n], W[n]'s groups scaled, for this
@@ -945,16 +936,16 @@ struct Step {
     float *logits;
     float *x, *qkv, *attn, *gate_up, *delta, *scores, *xs;
     int16_t *xq;
-    int amx;      /* projections as AMX tile products, activations as bf16 rows in xb */
+    int amx;      /* projections as AMX tile products, activations packed in xb */
     uint16_t *xb;
 };
 
-/* Row b of the step's activations, ready for the next projection: bf16 for the tiles, or
- * quantized to int16. */
+/* Row b of the step's activations, ready for the next projection: packed for the tiles,
+ * or quantized to int16. */
 static void ready_row(const Step *st, const float *row, int64_t K, int64_t b) {
 #ifdef FAST_AMX
     if (st->amx) {
-        amx_row(row, K, b, st->xb);
+        amx_pack_row(row, K, b, st->xb);
         return;
     }
 #endif
