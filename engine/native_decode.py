@@ -51,7 +51,6 @@ class _Int8Weights:
     scale: torch.Tensor
     bias: torch.Tensor | None
     group: int
-    dense: torch.Tensor | None  # the bf16 twin, row-major, where the model has one
 
     @classmethod
     def of(cls, linear: Linear, library: ctypes.CDLL, pack: PackShape) -> _Int8Weights:
@@ -69,9 +68,7 @@ class _Int8Weights:
         elif int8.tiled:
             raise ValueError("int8 weights tiled for a native step of another layout")
         bias = None if int8.bias is None else int8.bias.float().contiguous()
-        dense = int8.dense
-        bf16_twin = dense.dtype == torch.bfloat16 and dense.is_contiguous()
-        return cls(weight, scales, bias, group, dense if bf16_twin else None)
+        return cls(weight, scales, bias, group)
 
     def struct(self) -> Projection:
         out, features = self.weight.shape
@@ -79,7 +76,6 @@ class _Int8Weights:
             self.weight.data_ptr(),
             self.scale.data_ptr(),
             None if self.bias is None else self.bias.data_ptr(),
-            None if self.dense is None else self.dense.data_ptr(),
             out,
             features,
             self.group,
@@ -143,13 +139,6 @@ class NativeDecoder:
             lm_head=lm_head.struct(),
             layers=layers,
         )
-        self._tile_rows = int(library.bastion_tile_rows(ctypes.byref(self._model)))
-
-    @property
-    def tile_rows(self) -> int:
-        """The fewest rows a step computes as AMX tile products over the bf16 twins, or 0
-        where the kernel has no such path (no AMX, or a model without bf16 twins)."""
-        return self._tile_rows
 
     def step(
         self,

@@ -30,7 +30,7 @@ log = structlog.get_logger(__name__)
 SOURCE = Path(__file__).with_name("native") / "decode_step.c"
 # BASTION_ABI_VERSION in decode_step.c: bumped together with any change to the structs
 # below or to an exported function's signature.
-ABI_VERSION = 3
+ABI_VERSION = 2
 _COMPILE_FLAGS = ("-O3", "-march=native", "-pthread", "-shared", "-fPIC")
 
 _int64 = ctypes.c_int64
@@ -38,14 +38,12 @@ _ptr = ctypes.c_void_p
 
 
 class Projection(ctypes.Structure):
-    """`Projection` in decode_step.c: int8 weights, their scales and bias, and the bf16
-    twin of the weights (or None) that AMX tile products read."""
+    """`Projection` in decode_step.c: int8 weights, their scales and bias."""
 
     _fields_ = [
         ("weight", _ptr),
         ("scale", _ptr),
         ("bias", _ptr),
-        ("dense", _ptr),
         ("out", _int64),
         ("in_", _int64),
         ("group", _int64),
@@ -164,8 +162,6 @@ def _declare(library: ctypes.CDLL) -> None:
     library.bastion_packed_layout.argtypes = [_int64, _int64, _int64]
     library.bastion_pack_shape.restype = None
     library.bastion_pack_shape.argtypes = [ctypes.POINTER(_int64)]
-    library.bastion_tile_rows.restype = ctypes.c_int
-    library.bastion_tile_rows.argtypes = [ctypes.POINTER(Model)]
     step = library.bastion_decode_step
     step.restype = ctypes.c_int
     step.argtypes = [ctypes.POINTER(Model), _int64, _ptr, _ptr, _ptr, _int64, _ptr, ctypes.c_int]

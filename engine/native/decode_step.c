@@ -27,10 +27,9 @@
 #endif
 
 typedef struct {
-    const int8_t *weight;  /* [out, in] */
-    const float *scale;    /* [out, in / group] */
-    const float *bias;     /* [out] or NULL */
-    const uint16_t *dense; /* [out, in] bf16, the same weights dequantized, or NULL */
+    const int8_t *weight; /* [out, in] */
+    const float *scale;   /* [out, in / group] */
+    const float *bias;    /* [out] or NULL */
     int64_t out, in, group;
 } Projection;
 
@@ -53,7 +52,7 @@ typedef struct {
 
 /* Bump with any change to a struct above or to an exported function's signature, and
  * ABI_VERSION in engine/native_library.py with it. */
-#define BASTION_ABI_VERSION 3
+#define BASTION_ABI_VERSION 2
 
 /* What engine/native_library.py checks before it calls anything else: the ABI version,
  * then the sizes of the structs it mirrors by hand with ctypes. A build that answers
@@ -240,155 +239,6 @@ static void span(int tid, int n, int64_t total, int64_t *lo, int64_t *hi) {
     *lo = total * tid / n;
     *hi = total * (tid + 1) / n;
 }
-
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
-#include <sys/syscall.h>
-#include <unistd.h>
-/* AMX (Intel's tile matrix unit): a batch's projections as bf16 tile products over the
- * dense bf16 twin of the int8 weights. The int16 path's multiply-adds grow with the rows,
- * while a tile product takes 16 rows at the cost of one; but the twin has twice the int8
- * bytes, and a step reads all of them. On a 2-core Sapphire Rapids-class Xeon, SmolLM2 at
- * 600 tokens of context (bench/native_step.py): 1 row 8.0 ms against 3.5, 12 rows 19.9
- * against 19.0, 16 rows 24.0 against 25.0, 32 rows 40.3 against 51.0, 64 rows 78.5
- * against 103.3. bf16 activations are what prefill uses. */
-#define FAST_AMX 1
-#define AMX_MIN_ROWS 16
-#define ARCH_REQ_XCOMP_PERM 0x1023
-#define XFEATURE_XTILEDATA 18
-
-typedef struct __attribute__((packed)) {
-    uint8_t palette_id, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} TileConfig;
-
-/* Linux hands a process the tile state only once asked. */
-static int amx_permitted(void) {
-    static atomic_int state; /* 0: not asked yet, 1: granted, -1: refused */
-    int known = atomic_load(&state);
-    if (known == 0) {
-        known = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 ? 1 : -1;
-        atomic_store(&state, known);
-    }
-    return known > 0;
-}
-
-static int amx_shape(const Projection *p) {
-    return p->dense != NULL && p->in % 32 == 0 && p->out % 16 == 0;
-}
-
-/* Whether every projection of the model can take the tile path. */
-static int amx_model(const Model *m) {
-    if (!amx_shape(&m->lm_head)) return 0;
-    for (int64_t l = 0; l < m->num_layers; l++) {
-        const Layer *layer = &m->layers[l];
-        if (!amx_shape(&layer->qkv) || !amx_shape(&layer->o) || !amx_shape(&layer->gate_up) ||
-            !amx_shape(&layer->down))
-            return 0;
-    }
-    return 1;
-}
-
-/* Tiles 0-3: float32 sums [16 weight rows][16 tokens]; 4, 6, 7: weights [16 rows][32
- * features]; 5: tokens [16 feature pairs][16 tokens][2]. */
-static void amx_configure(void) {
-    TileConfig config;
-    memset(&config, 0, sizeof config);
-    config.palette_id = 1;
-    for (int t = 0; t < 8; t++) {
-        config.rows[t] = 16;
-        config.colsb[t] = 64;
-    }
-    _tile_loadconfig(&config);
-}
-
-/* Row b of the batch (float32, K features) into `packed`, bf16 in the token tiles'
- * layout: [tiles of 16 rows][K / 2][16][2]. A feature pair is 32 bits, so each 32
- * features convert in one instruction and scatter as 16 pairs. */
-static void amx_pack_row(const float *row, int64_t K, int64_t b, uint16_t *packed) {
-    uint32_t *out = (uint32_t *)packed + (b / 16) * (K / 2) * 16 + b % 16;
-    const __m512i pair = _mm512_mullo_epi32(_mm512_set1_epi32(16),
-                                            _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6,
-                                                             5, 4, 3, 2, 1, 0));
-    for (int64_t k = 0; k < K; k += 32) {
-        const __m512bh both = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(row + k + 16),
-                                                  _mm512_loadu_ps(row + k));
-        _mm512_i32scatter_epi32(out + (k / 2) * 16, pair, (__m512i)both, 4);
-    }
-}
-
-/* Tile `C` (sums [16 weight rows from n0][16 tokens from b0]) into y, transposed back. */
-#define AMX_STORE(C, n0, b0)                                                                 \
-    do {                                                                                     \
-        _tile_stored(C, sums, 64);                                                           \
-        amx_scatter(p, sums, n0, b0, batch, y, ldy);                                         \
-    } while (0)
-
-static void amx_scatter(const Projection *p, const float *sums, int64_t n0, int64_t b0,
-                        int64_t batch, float *y, int64_t ldy) {
-    const __m512i column = _mm512_mullo_epi32(_mm512_set1_epi32(16),
-                                              _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7,
-                                                               6, 5, 4, 3, 2, 1, 0));
-    const __m512 bias = p->bias ? _mm512_loadu_ps(p->bias + n0) : _mm512_setzero_ps();
-    const int64_t tokens = batch - b0 < 16 ? batch - b0 : 16;
-    for (int64_t j = 0; j < tokens; j++)
-        _mm512_storeu_ps(y + (b0 + j) * ldy + n0,
-                         _mm512_add_ps(_mm512_i32gather_ps(column, sums + j, 4), bias));
-}
-
-/* y[b * ldy + n] = dot(dense[n], x[b]) + bias[n] for this thread's share of the weight
- * rows, x packed by amx_pack_row. Four weight tiles (64 rows) at a time: their sums are
- * independent, and the four tiles' rows stay in cache while each token tile passes. The
- * sums come out transposed (weight rows by tokens) and are gathered back. */
-static void project_amx(const Projection *p, const uint16_t *packed, int64_t batch, float *y,
-                        int64_t ldy, int tid, int threads) {
-    const int64_t K = p->in, token_tiles = (batch + 15) / 16, next = (K / 2) * 32;
-    int64_t lo, hi;
-    span(tid, threads, p->out / 16, &lo, &hi);
-    float sums[16 * 16] __attribute__((aligned(64)));
-    int64_t tile = lo;
-    for (; tile + 4 <= hi; tile += 4) {
-        const int64_t n0 = tile * 16;
-        const uint16_t *w = p->dense + n0 * K;
-        for (int64_t t = 0; t < token_tiles; t++) {
-            const uint16_t *x = packed + t * next;
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
-            for (int64_t k = 0; k < K; k += 32) {
-                _tile_loadd(5, x + (k / 2) * 32, 64);
-                _tile_loadd(4, w + k, K * 2);
-                _tile_dpbf16ps(0, 4, 5);
-                _tile_loadd(6, w + 16 * K + k, K * 2);
-                _tile_dpbf16ps(1, 6, 5);
-                _tile_loadd(7, w + 32 * K + k, K * 2);
-                _tile_dpbf16ps(2, 7, 5);
-                _tile_loadd(4, w + 48 * K + k, K * 2);
-                _tile_dpbf16ps(3, 4, 5);
-            }
-            AMX_STORE(0, n0, t * 16);
-            AMX_STORE(1, n0 + 16, t * 16);
-            AMX_STORE(2, n0 + 32, t * 16);
-            AMX_STORE(3, n0 + 48, t * 16);
-        }
-    }
-    for (; tile < hi; tile++) {
-        const int64_t n0 = tile * 16;
-        for (int64_t t = 0; t < token_tiles; t++) {
-            const uint16_t *x = packed + t * next;
-            _tile_zero(0);
-            for (int64_t k = 0; k < K; k += 32) {
-                _tile_loadd(5, x + (k / 2) * 32, 64);
-                _tile_loadd(4, p->dense + n0 * K + k, K * 2);
-                _tile_dpbf16ps(0, 4, 5);
-            }
-            AMX_STORE(0, n0, t * 16);
-        }
-    }
-}
-#undef AMX_STORE
-#endif
 
 /* y[b * ldy + n] = dot(W[n], xq[b]) * xs[b] + bias[n], W[n]'s groups scaled, for this
  * thread's share of the rows of W; xq, xs are the activations quantized by quantize_row. */
@@ -936,45 +786,21 @@ struct Step {
     float *logits;
     float *x, *qkv, *attn, *gate_up, *delta, *scores, *xs;
     int16_t *xq;
-    int amx;      /* projections as AMX tile products, activations packed in xb */
-    uint16_t *xb;
 };
 
-/* Row b of the step's activations, ready for the next projection: packed for the tiles,
- * or quantized to int16. */
-static void ready_row(const Step *st, const float *row, int64_t K, int64_t b) {
-#ifdef FAST_AMX
-    if (st->amx) {
-        amx_pack_row(row, K, b, st->xb);
-        return;
-    }
-#endif
-    quantize_row(row, K, activation_limit(K), st->xq + b * K, st->xs + b);
-}
-
-static void project_step(const Step *st, const Projection *p, float *y, int64_t ldy, int tid,
-                         int threads) {
-#ifdef FAST_AMX
-    if (st->amx) {
-        project_amx(p, st->xb, st->batch, y, ldy, tid, threads);
-        return;
-    }
-#endif
-    project(p, st->xq, st->xs, st->batch, y, ldy, tid, threads);
-}
-
-/* Norm (when `norm` is given) then ready this thread's share of the rows of `x`. */
+/* Norm (when `norm` is given) then quantize this thread's share of the rows of `x`. */
 static void prepare_rows(const Step *st, const float *x, int64_t K, const float *norm,
                          int tid, int threads) {
     int64_t lo, hi;
     span(tid, threads, st->batch, &lo, &hi);
+    const int32_t limit = activation_limit(K);
     for (int64_t b = lo; b < hi; b++) {
         const float *row = x + b * K;
         if (norm) {
             rms_norm(row, norm, K, st->m->eps, st->x + b * K);
             row = st->x + b * K;
         }
-        ready_row(st, row, K, b);
+        quantize_row(row, K, limit, st->xq + b * K, st->xs + b);
     }
 }
 
@@ -984,14 +810,11 @@ static void run_step(Step *st, int tid, int threads) {
     const int64_t I = m->intermediate, QKV = (NH + 2 * NKV) * D, group = NH / NKV;
     const int64_t batch = st->batch, width = st->width;
     int64_t lo, hi;
-#ifdef FAST_AMX
-    if (st->amx) amx_configure();
-#endif
     for (int64_t l = 0; l < m->num_layers; l++) {
         const Layer *layer = &m->layers[l];
         prepare_rows(st, st->hidden, H, layer->input_norm, tid, threads);
         barrier(threads);
-        project_step(st, &layer->qkv, st->qkv, QKV, tid, threads);
+        project(&layer->qkv, st->xq, st->xs, batch, st->qkv, QKV, tid, threads);
         barrier(threads);
         /* One (row, K/V head) per item: rotate its query heads and its key, store the new
          * key and value; then attend. Rows of one sequence at successive positions (a
@@ -1020,43 +843,29 @@ static void run_step(Step *st, int tid, int threads) {
         barrier(threads);
         prepare_rows(st, st->attn, NH * D, NULL, tid, threads);
         barrier(threads);
-        project_step(st, &layer->o, st->delta, H, tid, threads);
+        project(&layer->o, st->xq, st->xs, batch, st->delta, H, tid, threads);
         barrier(threads);
         span(tid, threads, batch, &lo, &hi);
         for (int64_t b = lo; b < hi; b++)
             for (int64_t i = 0; i < H; i++) st->hidden[b * H + i] += st->delta[b * H + i];
         prepare_rows(st, st->hidden, H, layer->post_norm, tid, threads);
         barrier(threads);
-        project_step(st, &layer->gate_up, st->gate_up, 2 * I, tid, threads);
+        project(&layer->gate_up, st->xq, st->xs, batch, st->gate_up, 2 * I, tid, threads);
         barrier(threads);
         for (int64_t b = lo; b < hi; b++) {
             float *act = st->gate_up + b * 2 * I; /* silu(gate) * up, over the gate half */
             swiglu(act, act + I, act, I);
-            ready_row(st, act, I, b);
+            quantize_row(act, I, activation_limit(I), st->xq + b * I, st->xs + b);
         }
         barrier(threads);
-        project_step(st, &layer->down, st->delta, H, tid, threads);
+        project(&layer->down, st->xq, st->xs, batch, st->delta, H, tid, threads);
         barrier(threads);
         for (int64_t b = lo; b < hi; b++)
             for (int64_t i = 0; i < H; i++) st->hidden[b * H + i] += st->delta[b * H + i];
     }
     prepare_rows(st, st->hidden, H, m->final_norm, tid, threads);
     barrier(threads);
-    project_step(st, &m->lm_head, st->logits, m->lm_head.out, tid, threads);
-#ifdef FAST_AMX
-    if (st->amx) _tile_release();
-#endif
-}
-
-/* The fewest rows a step of `m` computes as AMX tile products, or 0 where this build, the
- * process or the model (a projection without a bf16 twin, or of another shape) cannot. */
-int bastion_tile_rows(const Model *m) {
-#ifdef FAST_AMX
-    return amx_model(m) && amx_permitted() ? AMX_MIN_ROWS : 0;
-#else
-    (void)m;
-    return 0;
-#endif
+    project(&m->lm_head, st->xq, st->xs, batch, st->logits, m->lm_head.out, tid, threads);
 }
 
 /* hidden: [batch, hidden], the new tokens' embeddings (overwritten). context_slots:
@@ -1080,12 +889,6 @@ int bastion_decode_step(const Model *m, int64_t batch, float *hidden, const int6
     st.scores = malloc(sizeof(float) * batch * NH * width);
     st.xq = malloc(sizeof(int16_t) * batch * widest);
     st.xs = malloc(sizeof(float) * batch);
-#ifdef FAST_AMX
-    if (batch >= AMX_MIN_ROWS && amx_model(m) && amx_permitted()) {
-        st.amx = 1;
-        st.xb = calloc((size_t)((batch + 15) / 16 * 16 * widest), sizeof(uint16_t));
-    }
-#endif
     /* Rows whose contexts start at the same slot may be one sequence's draft positions (or
      * sequences sharing a cached prefix, where the extra barrier is merely unneeded). */
     for (int64_t b = 1; b < batch && !st.shared_context; b++)
@@ -1095,9 +898,9 @@ int bastion_decode_step(const Model *m, int64_t batch, float *hidden, const int6
                 break;
             }
     int failed = !st.x || !st.qkv || !st.attn || !st.gate_up || !st.delta || !st.scores ||
-                 !st.xq || !st.xs || (st.amx && !st.xb);
+                 !st.xq || !st.xs;
     if (!failed) run_parallel(&st, threads);
     free(st.x); free(st.qkv); free(st.attn); free(st.gate_up); free(st.delta); free(st.scores);
-    free(st.xq); free(st.xs); free(st.xb);
+    free(st.xq); free(st.xs);
     return failed;
 }

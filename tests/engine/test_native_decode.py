@@ -10,14 +10,13 @@ import pytest
 import torch
 
 from engine import SamplingParams
-from engine.cpu_info import cpuinfo
 from engine.kv_pool import KVPool
 from engine.linear import Int8Linear
 from engine.llama import PagedLlama
 from engine.model_runner import ModelRunner
 from engine.native_decode import NativeDecoder, PackShape
 from engine.native_library import load_library
-from engine.standalone import StandaloneSequence, standalone_prefill_logits
+from engine.standalone import StandaloneSequence
 from tests.engine.conftest import (
     LoadLibrary,
     make_core,
@@ -231,31 +230,3 @@ def test_native_decoders_over_one_model_share_its_one_int8_copy() -> None:
         assert torch.equal(tiles.permute(0, 2, 1, 3).reshape(out, features), row_major)
     else:
         assert not qkv.tiled and torch.equal(qkv.quantized, row_major)
-
-
-@needs_compiler
-@pytest.mark.parametrize("rows", [3, 8, 16, 37])
-def test_rows_of_a_batch_match_the_pytorch_prefill(rows: int) -> None:
-    """Rows of one sequence at successive positions (a draft being verified, or as many
-    rows as a batch), bf16: the native step's logits for each row equal those of a PyTorch
-    prefill of the same tokens, within bf16's error. Where the CPU has AMX, 16 rows and 37
-    (two tiles of 16 and a partial one) are tile products over the bf16 twins, and 3 and
-    8 take the int16 path."""
-    hf = tiny_llama(seed=9)
-    prompt, new = random_prompt(37, seed=5), random_prompt(rows, seed=6)
-    model = PagedLlama.from_hf(hf, torch.device("cpu"), torch.bfloat16, "int8")
-    sequence = StandaloneSequence(model, len(prompt) + rows, native=True)
-    sequence.prefill(prompt)
-    native = sequence.runner.native
-    assert native is not None
-    if " amx_bf16" in cpuinfo():  # the tile path is there, and taken from its row count
-        assert 0 < native.tile_rows <= 16
-    positions = torch.arange(len(prompt), len(prompt) + rows)
-    slots = torch.zeros(rows, len(prompt) + rows, dtype=torch.int64)
-    for row, position in enumerate(positions.tolist()):
-        slots[row, : position + 1] = torch.arange(position + 1)
-    logits = native.step(torch.tensor(new), positions, slots, threads=2)
-    reference = PagedLlama.from_hf(hf, torch.device("cpu"), torch.bfloat16, "int8")
-    expected = standalone_prefill_logits(reference, prompt + new, positions)
-    assert (logits - expected).norm() / expected.norm() < 0.02
-    assert (logits.argmax(-1) == expected.argmax(-1)).float().mean() > 0.9
