@@ -20,7 +20,7 @@ import torch
 from engine.detokenizer import IncrementalDetokenizer
 from engine.model_source import ModelSource, load_pretrained
 from engine.sampling import apply_logit_bias, sample_next_token
-from engine.tokenization import encode_chat, find_stop_token_ids
+from engine.tokenization import encode_chat, find_stop_token_ids, text_decoder
 from engine.types import (
     ChatMessage,
     ConstraintError,
@@ -119,15 +119,6 @@ class TransformersEngine:
     def _encode_chat(self, messages: Sequence[ChatMessage]) -> list[int]:
         return encode_chat(self._tokenizer, messages)
 
-    def _decode(self, ids: Sequence[int]) -> str:
-        # No clean-up of spaces: it rewrites " ," to "," once the comma arrives, after the
-        # space went out, so the incremental text would lose the comma.
-        return str(
-            self._tokenizer.decode(
-                list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False
-            )
-        )
-
     def _generate(
         self,
         prompt_ids: list[int],
@@ -156,7 +147,7 @@ class TransformersEngine:
         if params.temperature > 0:
             generator = torch.Generator(device="cpu")
             generator.manual_seed(params.seed if params.seed is not None else time.time_ns())
-        detok = IncrementalDetokenizer(self._decode, params.stop)
+        detok = IncrementalDetokenizer(text_decoder(self._tokenizer), params.stop)
         prompt_tokens = len(prompt_ids)
         inputs = torch.tensor([prompt_ids], device=self._device)
         past: Any = None
