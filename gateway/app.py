@@ -20,6 +20,7 @@ from gateway.completions.routes import COMPLETIONS_PATH, COMPLETIONS_ROUTER
 from gateway.documents.routes import DOCUMENT_ROUTER
 from gateway.embeddings.routes import EMBEDDINGS_PATH, EMBEDDINGS_ROUTER
 from gateway.guardrails_check.routes import GUARDRAILS_CHECK_ROUTER
+from gateway.heap_trim import trim_heap_periodically
 from gateway.http.auth import DEPENDENCIES
 from gateway.http.drain import Drain, refuse_while_draining
 from gateway.http.exception_handlers import EXCEPTION_HANDLERS
@@ -56,6 +57,8 @@ def create_app(
             tasks.append(asyncio.create_task(_load_in_background(app, settings)))
         if settings.policy_reload_seconds > 0:
             tasks.append(asyncio.create_task(_watch_policies(app, settings)))
+        if settings.heap_trim_seconds > 0:
+            tasks.append(asyncio.create_task(trim_heap_periodically(settings.heap_trim_seconds)))
         try:
             yield
         finally:

@@ -41,6 +41,12 @@ class Settings(BaseSettings):
     policy_reload_seconds: float = Field(
         default=2.0, ge=0, description="How often to look for edited policies; 0 disables."
     )
+    heap_trim_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        description="How often to give the C heap's free pages back to the system (glibc's "
+        "malloc_trim), so that memory stays flat under load; 0 disables.",
+    )
     models_file: Path | None = Field(
         default=None,
         description="YAML of upstream models (vLLM, NIM, llama-server...) served besides "
