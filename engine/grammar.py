@@ -30,6 +30,12 @@ COMPILE_TIMEOUT_S = 0.5
 # JSON answers are compact: no whitespace between tokens, so that a schema answer cannot
 # spend its tokens on blanks.
 _COMPACT = (",", ":")
+# xgrammar (0.1.x) writes a string with maxLength as repeats of this class, which lets raw
+# control characters (a tab, say) into the string, where JSON allows them only escaped (RFC
+# 8259, section 7), so the answer would not parse; its strings without a length bound
+# exclude them, as the class below does.
+_LOOSE_STRING_CHARACTER = r'[^\"\\\r\n]'
+_JSON_STRING_CHARACTER = r'[^\0-\x1f\"\\]'
 # float32 -inf's bits: a token mask adds 0 to an allowed token's logit and -inf to the rest.
 _NEG_INF_BITS = np.uint32(0xFF800000)
 
@@ -142,13 +148,9 @@ class Grammars:
         compiler = self._compiler
         try:
             if constraint.kind == "json_schema":
-                return compiler.compile_json_schema(
-                    constraint.source, any_whitespace=False, separators=_COMPACT
-                )
+                return compiler.compile_grammar(json_schema_grammar(constraint.source))
             if constraint.kind == "json_object":
-                return compiler.compile_json_schema(
-                    json.dumps({"type": "object"}), any_whitespace=False, separators=_COMPACT
-                )
+                return compiler.compile_grammar(json_schema_grammar('{"type": "object"}'))
             if constraint.kind == "regex":
                 return compiler.compile_regex(constraint.source)
             if constraint.kind == "grammar":
@@ -212,3 +214,10 @@ def apply_masks(logits: torch.Tensor, masks: torch.Tensor, rows: Sequence[int]) 
 
 def _vocab_of(constrained: Sequence[GrammarRows]) -> int:
     return constrained[0].state.vocab_size if constrained else 32
+
+
+def json_schema_grammar(schema: str) -> str:
+    """The EBNF grammar of compact JSON that follows `schema`, strings free of raw control
+    characters."""
+    grammar = xgr.Grammar.from_json_schema(schema, any_whitespace=False, separators=_COMPACT)
+    return str(grammar).replace(_LOOSE_STRING_CHARACTER, _JSON_STRING_CHARACTER)

@@ -270,3 +270,22 @@ def test_logit_bias_outside_the_vocabulary_is_refused(native_engine: PagedEngine
     params = SamplingParams(max_tokens=2, logit_bias=((10**9, 1.0),))
     with pytest.raises(EngineError, match="outside the vocabulary"):
         collect_deltas(native_engine, GenerationRequest("v", question, params))
+
+
+@pytest.mark.parametrize("character", ["\t", "\x01", "\x1f"])
+def test_schema_strings_refuse_raw_control_characters(
+    smollm2: tuple[Any, Any], character: str
+) -> None:
+    """JSON allows control characters in a string only escaped; xgrammar's strings with a
+    maxLength let them in raw (a sampled tab once made an answer that did not parse)."""
+    tokenizer = smollm2[1]
+    grammars = Grammars(tokenizer, 49152, [2])
+    compiled = grammars.compile(Constraint("json_schema", json.dumps(CITY)))
+
+    def accepts(text: str) -> bool:
+        state = grammars.state(compiled)
+        return all(state.accept(t) for t in tokenizer.encode(text, add_special_tokens=False))
+
+    assert accepts('{"name":"Lisboa é","population":5,"rivers":["Tejo')
+    assert not accepts(f'{{"name":"Lis{character}')
+    assert not accepts(f'{{"name":"Lisboa","population":5,"rivers":["Te{character}')
