@@ -11,7 +11,6 @@ fill the mask of each position it is verified at.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -34,8 +33,8 @@ _COMPACT = (",", ":")
 # control characters (a tab, say) into the string, where JSON allows them only escaped (RFC
 # 8259, section 7), so the answer would not parse; its strings without a length bound
 # exclude them, as the class below does.
-_LOOSE_STRING_CHARACTER = r'[^\"\\\r\n]'
-_JSON_STRING_CHARACTER = r'[^\0-\x1f\"\\]'
+_LOOSE_STRING_CHARACTER = r"[^\"\\\r\n]"
+_JSON_STRING_CHARACTER = r"[^\0-\x1f\"\\]"
 # float32 -inf's bits: a token mask adds 0 to an allowed token's logit and -inf to the rest.
 _NEG_INF_BITS = np.uint32(0xFF800000)
 
