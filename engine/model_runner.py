@@ -20,6 +20,7 @@ from engine.llama import PagedLlama
 from engine.native_decode import NativeDecoder, native_decoder
 from engine.sampling import sample_batch
 from engine.scheduler import ScheduledBatch
+from engine.sequence import Sequence
 from engine.speculative import accept_draft
 from engine.types import TokenLogprob
 
@@ -32,6 +33,11 @@ SHARED_STEP_MIN_TOKENS = 8
 # workers still spin on the other core, so a second OpenMP thread waited for them, and the
 # elementwise ops over one row's 49,152 logits took a third of one stream's busy time.
 SHARED_SAMPLING_MIN_ROWS = 16
+# Prompt chunks of at most this many tokens go through the native decode step as rows
+# (causal: each row attends up to its own position), beside the step's decodes, instead of
+# a PyTorch pass of their own. Under load most prompts are prefix-cache hits but for the
+# last block or two.
+NATIVE_CHUNK_MAX_TOKENS = 32
 # Prefill chunks that begin with at least this many tokens of the same cached blocks attend
 # to them together (engine/attention.py, `SharedPrefix`). Chosen, not tuned: a run of a
 # few blocks leaves little to read once, against the merge's extra ops.
@@ -143,7 +149,11 @@ class ModelRunner:
         """The step's tensors: each entry's tokens, positions and K/V slots, and the rows
         whose logits are sampled."""
         parts = _StepParts()
-        for index, (seq, n) in enumerate(batch.entries):
+        # Rows through the native step come first: decodes, drafts, and short chunks.
+        entries = sorted(
+            enumerate(batch.entries), key=lambda entry: not self._native_rows(*entry[1])
+        )
+        for index, (seq, n) in entries:
             start = seq.num_computed_tokens
             end = start + n
             row = len(parts.ids)
@@ -159,14 +169,23 @@ class ModelRunner:
                 parts.verifiers.append(index)
                 continue
             parts.ids.extend(seq.token_ids[start:end])
-            if n == 1:
-                self._add_decode(parts, seq.block_table, start)
+            if self._native_rows(seq, n):
+                for position in range(start, end):
+                    self._add_decode(parts, seq.block_table, position)
             else:
                 self._add_prefill_chunk(parts, seq.block_table, start, end, row)
             if end == seq.num_tokens:
                 parts.logit_rows.append(row + n - 1)
                 parts.samplers.append(index)
         return self._tensors(parts)
+
+    def _native_rows(self, seq: Sequence, n: int) -> bool:
+        """Whether `seq`'s `n` tokens this step go through the decode path one row each: a
+        decode or a draft always; a prompt chunk of at most NATIVE_CHUNK_MAX_TOKENS where
+        the native step runs, since one more row there costs less than a PyTorch pass."""
+        if n == 1 or seq.draft:
+            return True
+        return self.native is not None and n <= NATIVE_CHUNK_MAX_TOKENS
 
     def _add_decode(self, parts: _StepParts, block_table: list[int], position: int) -> None:
         parts.decode_tables.append(block_table)
@@ -284,14 +303,18 @@ class ModelRunner:
             return self.model.forward(input_ids, positions, ctx, self.pool, logit_rows)
         nd = ctx.num_decodes
         threads = torch.get_num_threads()
-        decode_logits = self.native.step(input_ids[:nd], positions[:nd], ctx.decode_slots, threads)
-        if not ctx.prefills:
-            if logit_rows.shape[0] == nd and torch.equal(logit_rows, torch.arange(nd)):
-                return decode_logits  # every row, in order (one stream's draft): no copy
-            return decode_logits.index_select(0, logit_rows)
         from_decodes = logit_rows < nd
+        # The kernel takes the wanted rows in ascending order, each once.
+        wanted, order = torch.unique(logit_rows[from_decodes], sorted=True, return_inverse=True)
+        decode_logits = self.native.step(
+            input_ids[:nd], positions[:nd], ctx.decode_slots, threads, wanted
+        )
+        if not ctx.prefills:
+            if torch.equal(logit_rows, wanted):
+                return decode_logits  # the rows in the kernel's order: no copy
+            return decode_logits.index_select(0, order)
         logits = decode_logits.new_empty((logit_rows.shape[0], decode_logits.shape[1]))
-        logits[from_decodes] = decode_logits.index_select(0, logit_rows[from_decodes])
+        logits[from_decodes] = decode_logits.index_select(0, order)
         logits[~from_decodes] = self.model.forward(
             input_ids[nd:],
             positions[nd:],

@@ -146,16 +146,20 @@ class NativeDecoder:
         positions: torch.Tensor,
         context_slots: torch.Tensor,
         threads: int,
+        logit_rows: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Float32 logits `[batch, vocab]` of one new token per sequence, after writing each
-        token's K/V. `context_slots[b, :positions[b] + 1]` are row b's slots, its new
-        token's last."""
+        """Float32 logits `[rows, vocab]` of the rows in `logit_rows` (ascending; None: every
+        row), after writing every row's K/V. `context_slots[b, :positions[b] + 1]` are row
+        b's slots, its new token's last."""
         batch = input_ids.shape[0]
         embeddings = F.embedding(input_ids, self._embed)
         hidden = embeddings.to(torch.float32, copy=True).contiguous()  # the kernel writes it
         positions = positions.to(torch.int64).contiguous()
         slots = context_slots.to(torch.int64).contiguous()
-        logits = torch.empty(batch, self.vocab_size, dtype=torch.float32)
+        if logit_rows is None:
+            logit_rows = torch.arange(batch)
+        logit_rows = logit_rows.to(torch.int64).contiguous()
+        logits = torch.empty(logit_rows.shape[0], self.vocab_size, dtype=torch.float32)
         status = self._function(
             ctypes.byref(self._model),
             batch,
@@ -163,6 +167,8 @@ class NativeDecoder:
             positions.data_ptr(),
             slots.data_ptr(),
             slots.shape[1],
+            logit_rows.data_ptr(),
+            logit_rows.shape[0],
             logits.data_ptr(),
             threads,
         )

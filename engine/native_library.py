@@ -30,7 +30,7 @@ log = structlog.get_logger(__name__)
 SOURCE = Path(__file__).with_name("native") / "decode_step.c"
 # BASTION_ABI_VERSION in decode_step.c: bumped together with any change to the structs
 # below or to an exported function's signature.
-ABI_VERSION = 2
+ABI_VERSION = 3
 _COMPILE_FLAGS = ("-O3", "-march=native", "-pthread", "-shared", "-fPIC")
 
 _int64 = ctypes.c_int64
@@ -164,7 +164,18 @@ def _declare(library: ctypes.CDLL) -> None:
     library.bastion_pack_shape.argtypes = [ctypes.POINTER(_int64)]
     step = library.bastion_decode_step
     step.restype = ctypes.c_int
-    step.argtypes = [ctypes.POINTER(Model), _int64, _ptr, _ptr, _ptr, _int64, _ptr, ctypes.c_int]
+    step.argtypes = [
+        ctypes.POINTER(Model),
+        _int64,
+        _ptr,
+        _ptr,
+        _ptr,
+        _int64,
+        _ptr,
+        _int64,
+        _ptr,
+        ctypes.c_int,
+    ]
 
 
 def _open(path: Path) -> ctypes.CDLL:

@@ -52,7 +52,7 @@ typedef struct {
 
 /* Bump with any change to a struct above or to an exported function's signature, and
  * ABI_VERSION in engine/native_library.py with it. */
-#define BASTION_ABI_VERSION 2
+#define BASTION_ABI_VERSION 3
 
 /* What engine/native_library.py checks before it calls anything else: the ABI version,
  * then the sizes of the structs it mirrors by hand with ctypes. A build that answers
@@ -783,16 +783,19 @@ struct Step {
     int shared_context; /* rows of one sequence: a draft's K/V is stored before attention */
     float *hidden;
     const int64_t *positions, *context_slots;
+    const int64_t *logit_rows; /* ascending; the rows whose logits are wanted */
+    int64_t num_logit_rows;
     float *logits;
     float *x, *qkv, *attn, *gate_up, *delta, *scores, *xs;
     int16_t *xq;
 };
 
-/* Norm (when `norm` is given) then quantize this thread's share of the rows of `x`. */
-static void prepare_rows(const Step *st, const float *x, int64_t K, const float *norm,
-                         int tid, int threads) {
+/* Norm (when `norm` is given) then quantize this thread's share of the first `rows` rows
+ * of `x`. */
+static void prepare_rows(const Step *st, const float *x, int64_t rows, int64_t K,
+                         const float *norm, int tid, int threads) {
     int64_t lo, hi;
-    span(tid, threads, st->batch, &lo, &hi);
+    span(tid, threads, rows, &lo, &hi);
     const int32_t limit = activation_limit(K);
     for (int64_t b = lo; b < hi; b++) {
         const float *row = x + b * K;
@@ -812,7 +815,7 @@ static void run_step(Step *st, int tid, int threads) {
     int64_t lo, hi;
     for (int64_t l = 0; l < m->num_layers; l++) {
         const Layer *layer = &m->layers[l];
-        prepare_rows(st, st->hidden, H, layer->input_norm, tid, threads);
+        prepare_rows(st, st->hidden, batch, H, layer->input_norm, tid, threads);
         barrier(threads);
         project(&layer->qkv, st->xq, st->xs, batch, st->qkv, QKV, tid, threads);
         barrier(threads);
@@ -841,14 +844,14 @@ static void run_step(Step *st, int tid, int threads) {
                    st->attn + b * NH * D + g * group * D);
         }
         barrier(threads);
-        prepare_rows(st, st->attn, NH * D, NULL, tid, threads);
+        prepare_rows(st, st->attn, batch, NH * D, NULL, tid, threads);
         barrier(threads);
         project(&layer->o, st->xq, st->xs, batch, st->delta, H, tid, threads);
         barrier(threads);
         span(tid, threads, batch, &lo, &hi);
         for (int64_t b = lo; b < hi; b++)
             for (int64_t i = 0; i < H; i++) st->hidden[b * H + i] += st->delta[b * H + i];
-        prepare_rows(st, st->hidden, H, layer->post_norm, tid, threads);
+        prepare_rows(st, st->hidden, batch, H, layer->post_norm, tid, threads);
         barrier(threads);
         project(&layer->gate_up, st->xq, st->xs, batch, st->gate_up, 2 * I, tid, threads);
         barrier(threads);
@@ -863,24 +866,38 @@ static void run_step(Step *st, int tid, int threads) {
         for (int64_t b = lo; b < hi; b++)
             for (int64_t i = 0; i < H; i++) st->hidden[b * H + i] += st->delta[b * H + i];
     }
-    prepare_rows(st, st->hidden, H, m->final_norm, tid, threads);
+    /* Only the wanted rows go through the vocabulary projection (a fifth of a row's
+     * multiply-adds): a prompt chunk's rows but its last want none. Moved up in place,
+     * which the ascending order makes safe. */
+    const int64_t wanted = st->num_logit_rows;
+    barrier(threads); /* every thread's rows are final */
+    if (tid == 0)
+        for (int64_t i = 0; i < wanted; i++)
+            if (st->logit_rows[i] != i)
+                memcpy(st->hidden + i * H, st->hidden + st->logit_rows[i] * H, sizeof(float) * H);
     barrier(threads);
-    project(&m->lm_head, st->xq, st->xs, batch, st->logits, m->lm_head.out, tid, threads);
+    prepare_rows(st, st->hidden, wanted, H, m->final_norm, tid, threads);
+    barrier(threads);
+    project(&m->lm_head, st->xq, st->xs, wanted, st->logits, m->lm_head.out, tid, threads);
 }
 
 /* hidden: [batch, hidden], the new tokens' embeddings (overwritten). context_slots:
  * [batch, width], row b holding the slots of positions 0..positions[b] (the new token's
  * slot last). Several rows may be one sequence at successive positions (a draft being
- * verified, causal within the draft). logits: [batch, vocab] out. Returns 0, or 1 when scratch memory ran out. */
+ * verified, causal within the draft). logit_rows: the num_logit_rows rows, ascending, whose
+ * logits are wanted. logits: [num_logit_rows, vocab] out. Returns 0, or 1 when scratch memory
+ * ran out. */
 int bastion_decode_step(const Model *m, int64_t batch, float *hidden, const int64_t *positions,
-                        const int64_t *context_slots, int64_t width, float *logits,
+                        const int64_t *context_slots, int64_t width,
+                        const int64_t *logit_rows, int64_t num_logit_rows, float *logits,
                         int threads) {
     const int64_t H = m->hidden, D = m->head_dim, NH = m->num_heads, NKV = m->num_kv_heads;
     const int64_t I = m->intermediate, QKV = (NH + 2 * NKV) * D;
     int64_t widest = I > H ? I : H;
     if (NH * D > widest) widest = NH * D;
     Step st = {.m = m, .batch = batch, .width = width, .hidden = hidden,
-               .positions = positions, .context_slots = context_slots, .logits = logits};
+               .positions = positions, .context_slots = context_slots,
+               .logit_rows = logit_rows, .num_logit_rows = num_logit_rows, .logits = logits};
     st.x = malloc(sizeof(float) * batch * H);
     st.qkv = malloc(sizeof(float) * batch * QKV);
     st.attn = malloc(sizeof(float) * batch * NH * D);

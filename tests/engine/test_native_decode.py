@@ -13,7 +13,7 @@ from engine import SamplingParams
 from engine.kv_pool import KVPool
 from engine.linear import Int8Linear
 from engine.llama import PagedLlama
-from engine.model_runner import ModelRunner
+from engine.model_runner import NATIVE_CHUNK_MAX_TOKENS, ModelRunner
 from engine.native_decode import NativeDecoder, PackShape
 from engine.native_library import load_library
 from engine.standalone import StandaloneSequence
@@ -139,16 +139,19 @@ def test_native_decode_steps_use_every_thread(monkeypatch: pytest.MonkeyPatch) -
     step = NativeDecoder.step
 
     def record(decoder: NativeDecoder, *args: Any) -> torch.Tensor:
-        native_threads.append(args[-1])
+        native_threads.append(args[3])
         return step(decoder, *args)
 
     monkeypatch.setattr(NativeDecoder, "step", record)
     core = make_core(tiny_llama(seed=9), weights="int8", kv_cache_mb=8, num_threads=2)
-    core.add_request("a", random_prompt(3, seed=1), SamplingParams(max_tokens=3, ignore_eos=True))
-    core.step()  # a 3-token prefill: one thread
-    assert torch.get_num_threads() == 1 and native_threads == []
+    core.add_request("a", random_prompt(40, seed=1), SamplingParams(max_tokens=3, ignore_eos=True))
+    core.step()  # a 40-token prefill, through PyTorch: one parallel region per op
+    assert native_threads == []
     core.step()  # one decode, native: the whole step in one parallel region
     assert native_threads == [2]
+    core.add_request("b", random_prompt(3, seed=2), SamplingParams(max_tokens=3, ignore_eos=True))
+    core.step()  # a decode beside a 3-token prompt, its rows native too
+    assert native_threads == [2, 2]
 
 
 def test_disabled_or_without_compiler_the_engine_keeps_its_pytorch_path(
@@ -230,3 +233,55 @@ def test_native_decoders_over_one_model_share_its_one_int8_copy() -> None:
         assert torch.equal(tiles.permute(0, 2, 1, 3).reshape(out, features), row_major)
     else:
         assert not qkv.tiled and torch.equal(qkv.quantized, row_major)
+
+
+@needs_compiler
+def test_the_step_computes_logits_only_for_the_rows_asked() -> None:
+    model = PagedLlama.from_hf(tiny_llama(seed=5), torch.device("cpu"), torch.float32, "int8")
+    pool = KVPool.allocate(model.kv_layout, 8, 4, torch.device("cpu"))
+    library = load_library(True)
+    assert library is not None
+    decoder = NativeDecoder(library, model, pool)
+    rows = 6  # six one-token sequences, each in its own block
+    ids, positions = torch.arange(3, 3 + rows), torch.zeros(rows, dtype=torch.long)
+    slots = (torch.arange(rows) * 4)[:, None]
+    every = decoder.step(ids, positions, slots, 2)
+    some = decoder.step(ids, positions, slots, 2, torch.tensor([1, 4, 5]))
+    assert every.shape[0] == rows and some.shape[0] == 3
+    assert torch.equal(some, every[[1, 4, 5]])
+
+
+@needs_compiler
+def test_short_prompt_chunks_go_through_the_native_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Prompts, and the rest of prompts after a cached prefix, of at most
+    NATIVE_CHUNK_MAX_TOKENS run as rows of the native step, causal among themselves:
+    no PyTorch pass, and the answers those of the PyTorch path (float32 activations)."""
+    pytorch_passes: list[int] = []
+    pytorch_forward = PagedLlama.forward
+
+    def record_pytorch(model: PagedLlama, ids: Any, *rest: Any) -> Any:
+        pytorch_passes.append(ids.shape[0])
+        return pytorch_forward(model, ids, *rest)
+
+    monkeypatch.setattr(PagedLlama, "forward", record_pytorch)
+    hf = tiny_llama(seed=8)
+    shared = random_prompt(NATIVE_CHUNK_MAX_TOKENS, seed=21)
+    prompts = [random_prompt(5, 1), shared, shared + random_prompt(12, 2), random_prompt(30, 3)]
+    params = SamplingParams(max_tokens=16, ignore_eos=True)
+    results = {}
+    for enabled in (False, True):
+        core = make_core(hf, native_decode=enabled, weights="int8", dtype="float32")
+        for i, prompt in enumerate(prompts):
+            core.add_request(f"r{i}", prompt, params)
+        pytorch_passes.clear()
+        results[enabled] = run_core(core)
+        assert (pytorch_passes == []) == enabled
+    assert core.blocks.prefix_hits >= NATIVE_CHUNK_MAX_TOKENS  # r2 reused r1's blocks
+    agree = sum(
+        a == b
+        for i in range(len(prompts))
+        for a, b in zip(results[True][f"r{i}"], results[False][f"r{i}"], strict=True)
+    )
+    assert agree >= 0.95 * len(prompts) * params.max_tokens
