@@ -61,6 +61,15 @@ _PHONE_REGION_ALIASES = {"uk": "GB"}
 
 # Entities only spaCy's NER finds (presidio's SpacyRecognizer also lists PHONE_NUMBER and
 # EMAIL, but the small English model has no such labels and regex recognizers cover them).
+# Entities whose every recognizer here finds only text holding a digit, an "@" or a ":"
+# (an e-mail address its "@", the numbers their digits, an IPv6 address may be hex letters
+# and colons alone). A text with none of those characters holds none of them, so with only
+# these entities, and no custom recognizer, it skips the analyzer: most of a streamed
+# answer's windows, and many prompts.
+SCREENABLE_ENTITIES = frozenset(
+    {"EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "US_SSN", "IBAN_CODE", "IP_ADDRESS"}
+)
+_SCREEN_CHARACTERS = re.compile(r"[\d@:]")
 NER_ENTITIES = frozenset({"PERSON", "LOCATION", "NRP", "DATE_TIME", "ORGANIZATION", "AGE", "ID"})
 
 _PLACEHOLDER = re.compile(r"^<([A-Z_]+)_(\d+)>$")
@@ -246,6 +255,7 @@ class PiiRedactor:
             for r in config.custom_recognizers
         ]
         self._needs_ner = bool(NER_ENTITIES & set(self._entities))
+        self._screened = not self._custom and set(self._entities) <= SCREENABLE_ENTITIES
         self._findings: TextCache[tuple[PiiFinding, ...]] = TextCache()
 
     @property
@@ -263,7 +273,7 @@ class PiiRedactor:
         return list(findings)
 
     def _analyze(self, text: str) -> tuple[PiiFinding, ...]:
-        if not text.strip():
+        if not text.strip() or (self._screened and not _SCREEN_CHARACTERS.search(text)):
             return ()
         results = self._analyzer.analyze(
             text=text,
