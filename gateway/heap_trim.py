@@ -1,6 +1,6 @@
 """Give the C heap's free pages back to the system on a beat.
 
-Under load, PyTorch's activations of ever-changing shapes and the tokenizers' buffers are
+Under load, PyTorch's activations of ever-changing shapes and other native buffers are
 allocated and freed through glibc's malloc, which keeps freed memory in its heap: the
 64-client load grew the server's `[heap]` mapping by about 235 MiB in 3 minutes, and one
 `malloc_trim(0)` afterwards returned all of it and more (docs/benchmarks.md, "Load").
