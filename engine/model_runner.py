@@ -1,8 +1,8 @@
 """Owns the KV pool and the fast path; turns a scheduled batch into logits and tokens.
 
-The runner, not the model, picks the path of each step: its decodes go through the native
-decode step (engine/native_decode.py) where it runs the model, everything else through
-`PagedLlama.forward`.
+The runner, not the model, picks the path of each step: its decodes, drafts and short
+prompt chunks go through the native decode step (engine/native_decode.py) where it runs the
+model, longer chunks through `PagedLlama.forward`.
 """
 
 from __future__ import annotations
@@ -297,7 +297,7 @@ class ModelRunner:
         logit_rows: torch.Tensor,
     ) -> torch.Tensor:
         """Logits (float32) of the rows in `logit_rows`, after writing every token's K/V:
-        the decodes through the native decoder where there is one, the rest through the
+        the decode rows through the native decoder where there is one, the rest through the
         model."""
         if self.native is None or ctx.decode_slots is None:
             return self.model.forward(input_ids, positions, ctx, self.pool, logit_rows)

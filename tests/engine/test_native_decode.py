@@ -83,7 +83,8 @@ def test_native_engine_decodes_like_the_pytorch_engine(monkeypatch: pytest.Monke
     """A mixed batch (lengths 5 to 300, a shared prefix, chunked prefill beside decodes,
     preemption under a small pool), in float32: bf16 activations drift from int16 ones
     within a few tokens on random weights (test_quantized_weights.py measures bf16 engines
-    against the float model). In a mixed step the decodes go native, the chunks PyTorch."""
+    against the float model). In a mixed step the decodes and chunks of up to
+    NATIVE_CHUNK_MAX_TOKENS go native, longer chunks PyTorch."""
     steps: list[tuple[int, int]] = []  # (decodes, prefill chunks) of each step
     pytorch_decodes: list[int] = []
     run_model, pytorch_forward = ModelRunner.run_model, PagedLlama.forward
