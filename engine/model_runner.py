@@ -163,15 +163,13 @@ class ModelRunner:
                 # K/V before any attends, so row j sees the draft's first j tokens.
                 parts.ids.extend(seq.token_ids[start:])
                 parts.ids.extend(seq.draft)
-                for position in range(start, end):
-                    self._add_decode(parts, seq.block_table, position)
+                self._add_decode_rows(parts, seq.block_table, start, end)
                 parts.verify_rows.extend(range(row, row + n))
                 parts.verifiers.append(index)
                 continue
             parts.ids.extend(seq.token_ids[start:end])
             if self._native_rows(seq, n):
-                for position in range(start, end):
-                    self._add_decode(parts, seq.block_table, position)
+                self._add_decode_rows(parts, seq.block_table, start, end)
             else:
                 self._add_prefill_chunk(parts, seq.block_table, start, end, row)
             if end == seq.num_tokens:
@@ -187,11 +185,16 @@ class ModelRunner:
             return True
         return self.native is not None and n <= NATIVE_CHUNK_MAX_TOKENS
 
-    def _add_decode(self, parts: _StepParts, block_table: list[int], position: int) -> None:
-        parts.decode_tables.append(block_table)
-        parts.decode_lengths.append(position + 1)
-        slot = block_table[position // self.block_size] * self.block_size
-        parts.slots.append(torch.tensor([slot + position % self.block_size]))
+    def _add_decode_rows(
+        self, parts: _StepParts, block_table: list[int], start: int, end: int
+    ) -> None:
+        """One native row for each of positions `start` .. `end - 1` of one sequence."""
+        size = self.block_size
+        parts.decode_tables.extend([block_table] * (end - start))
+        parts.decode_lengths.extend(range(start + 1, end + 1))
+        parts.slots.append(
+            torch.tensor([block_table[p // size] * size + p % size for p in range(start, end)])
+        )
 
     def _add_prefill_chunk(
         self, parts: _StepParts, block_table: list[int], start: int, end: int, row: int

@@ -25,8 +25,9 @@ SHARED_DRAFT_TOKENS = 1
 
 @dataclass(slots=True)
 class ScheduledBatch:
-    """The work of one step: (sequence, number of new tokens), decodes first; a decode with
-    a draft (`Sequence.draft`) counts its last token and the draft's."""
+    """The work of one step: (sequence, number of new tokens), in the order the budget
+    served them, decodes first (the runner orders the rows itself); a decode with a draft
+    (`Sequence.draft`) counts its last token and the draft's."""
 
     entries: list[tuple[Sequence, int]] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
@@ -118,8 +119,6 @@ class Scheduler:
             chunk = min(seq.num_tokens - seq.num_computed_tokens, budget)
             batch.entries.append((seq, chunk))
             budget -= chunk
-        # Decodes (and their drafts) first: the runner batches them as one-token rows.
-        batch.entries.sort(key=lambda entry: entry[1] != 1 and not entry[0].draft)
         return batch
 
     def _draft(self, seq: Sequence, budget: int, spare_blocks: int) -> None:
