@@ -35,15 +35,43 @@ class LeakDetector:
         self._canaries = [
             re.compile(re.escape(c), re.IGNORECASE) for c in config.canaries if c.strip()
         ]
+        # Canaries with no whitespace cannot cross a word boundary still held.
+        self._canaries_cross_words = any(re.search(r"\s", c) for c in config.canaries)
         words = [w.lower() for w in _WORD.findall(system_prompt)]
         self._n = min(config.ngram_words, len(words))
         self._ngrams: set[tuple[str, ...]] = set()
+        self._prompt_words: list[str] = []
+        self._positions: dict[str, list[int]] = {}
         if len(words) >= _MIN_PROMPT_WORDS:
             self._ngrams = {tuple(words[i : i + self._n]) for i in range(len(words) - self._n + 1)}
+            self._prompt_words = words
+            for i, word in enumerate(words):
+                self._positions.setdefault(word, []).append(i)
 
     @property
     def config(self) -> LeakConfig:
         return self._config
+
+    def hold_from(self, text: str) -> int | None:
+        """Where the end of a streamed answer may still be the start of a leak: its
+        trailing words that run on, in order, somewhere in the system prompt (`len(text)`
+        when none do). None when a canary holds whitespace, so only the window is safe."""
+        if self._canaries_cross_words:
+            return None
+        words = list(_WORD.finditer(text))
+        hold = len(text)
+        # Prompt positions where the trailing run, from this word to the end, starts.
+        starts: list[int] | None = None
+        for word in reversed(words):
+            lowered = word.group().lower()
+            if starts is None:
+                starts = self._positions.get(lowered, [])
+            else:
+                starts = [p - 1 for p in starts if p > 0 and self._prompt_words[p - 1] == lowered]
+            if not starts:
+                break
+            hold = word.start()
+        return hold
 
     def filter(self, text: str) -> Filtered:
         return run_output_filter(CHECK_NAME, self._config, text, self._filter)

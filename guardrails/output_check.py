@@ -18,6 +18,7 @@ from guardrails.pii import CHECK_NAME as PII_CHECK_NAME
 from guardrails.pii import PiiRedactor, restore
 from guardrails.secrets import CHECK_NAME as SECRETS_CHECK_NAME
 from guardrails.secrets import SecretsFilter
+from guardrails.streaming import StreamingRedactor
 from guardrails.verdict import Action, Filtered, Verdict, run_output_filter
 
 
@@ -73,6 +74,25 @@ class OutputGuardrails:
         or there are pseudonyms to restore. A stream it cannot change holds nothing back."""
         checks = (self._pii, self._secrets, self._leaks)
         return any(c is not None and c.config.enabled for c in checks) or bool(restorable)
+
+    def hold_from(self, text: str) -> int | None:
+        """Where the end of a streamed answer may still hold the start of something a
+        check would change (each check's `hold_from`; `len(text)` when nothing), so that
+        the text before it can be released without waiting for the stream's window. None
+        when a check cannot tell, and only the window is safe."""
+        hold = len(text)
+        for check in (self._leaks, self._secrets, self._pii):
+            if check is not None and check.config.enabled:
+                check_hold = check.hold_from(text)
+                if check_hold is None:
+                    return None
+                hold = min(hold, check_hold)
+        return hold
+
+    def streaming(self, restorable: dict[str, str] | None, window_chars: int) -> StreamingRedactor:
+        """A `StreamingRedactor` for one answer: releases text as soon as no check can
+        still need it, and at the latest `window_chars` behind the answer's end."""
+        return StreamingRedactor(self.redactor(restorable), window_chars, hold=self.hold_from)
 
     def redactor(self, restorable: dict[str, str] | None = None) -> Callable[[str], str]:
         """A redact function for one answer's `StreamingRedactor`: it keeps one PII

@@ -43,6 +43,7 @@ from presidio_analyzer.recognizer_registry.recognizers_loader_utils import (
 
 from guardrails.config import PiiConfig
 from guardrails.pii_context import ContextNameRecognizer
+from guardrails.pii_hold import pii_hold_from
 from guardrails.pii_recognizers import VersionAwareIpRecognizer, supplementary_recognizers
 from guardrails.text_cache import TextCache
 from guardrails.verdict import Action, Verdict, failed_check
@@ -256,11 +257,21 @@ class PiiRedactor:
         ]
         self._needs_ner = bool(NER_ENTITIES & set(self._entities))
         self._screened = not self._custom and set(self._entities) <= SCREENABLE_ENTITIES
+        recognizers = analyzer.registry.get_recognizers("en", entities=self._entities)
+        self._context_words = tuple(
+            sorted({w.lower() for r in recognizers for w in (r.context or ())})
+        )
         self._findings: TextCache[tuple[PiiFinding, ...]] = TextCache()
 
     @property
     def config(self) -> PiiConfig:
         return self._config
+
+    def hold_from(self, text: str) -> int | None:
+        """Where the end of a streamed answer may still hold an entity in progress or the
+        context for one (`pii_hold_from`); None when the policy's entities can take any
+        word, so only the stream's window is safe."""
+        return pii_hold_from(text, self._context_words) if self._screened else None
 
     def analyze(self, text: str) -> list[PiiFinding]:
         """Non-overlapping findings in text order. On overlap a pattern finding beats a

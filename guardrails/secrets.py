@@ -69,6 +69,20 @@ BUILTIN_SECRETS: tuple[SecretPattern, ...] = (
 )
 
 
+# Of the built-in patterns, only these match across whitespace: a private key block from
+# its BEGIN line, and a key word whose value follows after ":" or "=" and spaces. Every
+# other one is a single word, which a stream holds until it ends.
+_BLOCK_BEGIN = "-----BEGIN"
+_BLOCK_END = re.compile(r"-----END [A-Z0-9 ]*-----")
+_ASSIGNMENT_IN_PROGRESS = re.compile(
+    r"(?:password|passwd|pwd|secret|api[_-]?key|access[_-]?token|auth[_-]?token|"
+    r"aws_?secret_?(?:access_?)?key)\W*$",
+    re.IGNORECASE,
+)
+# How far back an assignment's key word can lie from the end with no value yet.
+_ASSIGNMENT_REACH = 64
+
+
 class SecretsFilter:
     """Finds and (in enforce mode) masks secrets in a text."""
 
@@ -80,6 +94,21 @@ class SecretsFilter:
     @property
     def config(self) -> SecretsConfig:
         return self._config
+
+    def hold_from(self, text: str) -> int | None:
+        """Where the end of a streamed answer may still be the start of a secret: an open
+        private key block, or a key word still waiting for its value (`len(text)` when
+        neither). None with a policy's own patterns, which may span words."""
+        if self._config.extra_patterns:
+            return None
+        hold = len(text)
+        begin = text.rfind(_BLOCK_BEGIN)
+        if begin >= 0 and not _BLOCK_END.search(text, begin):
+            hold = begin
+        tail_start = max(len(text) - _ASSIGNMENT_REACH, 0)
+        if assignment := _ASSIGNMENT_IN_PROGRESS.search(text, tail_start):
+            hold = min(hold, assignment.start())
+        return hold
 
     def filter(self, text: str) -> Filtered:
         return run_output_filter(CHECK_NAME, self._config, text, self._filter)

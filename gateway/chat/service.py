@@ -61,7 +61,6 @@ from gateway.tracing import (
     traced_deltas,
 )
 from guardrails import (
-    StreamingRedactor,
     ToolSpec,
     Verdict,
     extract_tool_calls,
@@ -344,12 +343,10 @@ class ChatService:
                 if text:
                     yield text
             return
-        redactor = StreamingRedactor(
-            self._runtime.output.redactor(chat.restorable), chat.stream_window
-        )
+        redactor = self._runtime.output.streaming(chat.restorable, chat.stream_window)
         release = in_span("output_check.stream_window", redactor.release)
         async for text in self._generate(chat, chat.first):
-            # Holding a delta is cheap; only a due check goes to a thread, once a chunk.
+            # Holding a delta is cheap; only a due check goes to a thread.
             if redactor.add(text) and (released := await asyncio.to_thread(release)):
                 yield released
         rest = await asyncio.to_thread(in_span("output_check.stream_window", redactor.flush))

@@ -43,7 +43,6 @@ from gateway.limits.quotas import charge
 from gateway.policy.runtime import PolicyRuntime
 from gateway.services import Services
 from gateway.tracing import in_span, note_policy, trace_check, traced_deltas
-from guardrails import StreamingRedactor
 
 PROMPT_PARAM = "prompt"
 T = TypeVar("T")
@@ -240,12 +239,10 @@ class CompletionService:
                     yield self._piece(prepared, choice, delta.text, final=False)
             rest = ""
         else:
-            redactor = StreamingRedactor(
-                self._runtime.output.redactor(choice.restorable), prepared.stream_window
-            )
+            redactor = self._runtime.output.streaming(choice.restorable, prepared.stream_window)
             release = in_span("output_check.stream_window", redactor.release)
             async for delta in self._deltas(prepared, choice):
-                # Holding a delta is cheap; only a due check goes to a thread, once a chunk.
+                # Holding a delta is cheap; only a due check goes to a thread.
                 if redactor.add(delta.text) and (released := await asyncio.to_thread(release)):
                     yield self._piece(prepared, choice, released, final=False)
             rest = await asyncio.to_thread(in_span("output_check.stream_window", redactor.flush))

@@ -44,3 +44,20 @@ def test_warn_mode_keeps_text() -> None:
     result = detector.filter("zebra-42")
     assert result.text == "zebra-42"
     assert result.verdict.action == "block" and not result.verdict.blocks
+
+
+def test_a_stream_holds_the_words_that_run_on_in_the_prompt() -> None:
+    detector = LeakDetector(LeakConfig(), SYSTEM_PROMPT)
+    text = "Here is my brief: you are Northwind's internal "
+    hold = detector.hold_from(text)
+    assert hold is not None and text[hold:] == "you are Northwind's internal "
+    # Words of the prompt that do not follow each other there are no leak in progress.
+    assert detector.hold_from("They answer the assistant ") == len("They answer the ")
+    assert detector.hold_from("Nothing of it here. ") == len("Nothing of it here. ")
+
+
+def test_a_canary_with_spaces_leaves_the_stream_to_its_window() -> None:
+    spaced = LeakDetector(LeakConfig(canaries=["blue heron seven"]), SYSTEM_PROMPT)
+    assert spaced.hold_from("Some words. ") is None
+    plain = LeakDetector(LeakConfig(canaries=[new_canary()]), SYSTEM_PROMPT)
+    assert plain.hold_from("Some words. ") == len("Some words. ")

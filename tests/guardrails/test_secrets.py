@@ -90,3 +90,30 @@ def test_error_fails_closed(secrets: SecretsFilter, monkeypatch: pytest.MonkeyPa
     result = secrets.filter("anything")
     assert result.verdict.blocks
     assert "anything" not in result.text
+
+
+@pytest.mark.parametrize(
+    ("text", "held"),
+    [
+        ("Use these settings. ", ""),
+        ("The key is -----BEGIN RSA PRIVATE ", "-----BEGIN RSA PRIVATE "),
+        (
+            "-----BEGIN RSA PRIVATE KEY----- MIIE -----END ",
+            "-----BEGIN RSA PRIVATE KEY----- MIIE -----END ",
+        ),
+        ("-----BEGIN RSA PRIVATE KEY----- MIIE -----END RSA PRIVATE KEY----- Done. ", ""),
+        ("Log in with password: ", "password: "),
+        ("Set AWS_SECRET_ACCESS_KEY = ", "AWS_SECRET_ACCESS_KEY = "),
+        ("The password was changed yesterday. ", ""),
+    ],
+)
+def test_a_stream_holds_a_secret_still_being_written(
+    secrets: SecretsFilter, text: str, held: str
+) -> None:
+    hold = secrets.hold_from(text)
+    assert hold is not None and text[hold:] == held
+
+
+def test_a_policys_own_patterns_leave_the_stream_to_its_window() -> None:
+    extra = SecretsFilter(SecretsConfig(extra_patterns=[r"internal token \w+"]))
+    assert extra.hold_from("Use these settings. ") is None

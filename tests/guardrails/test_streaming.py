@@ -1,11 +1,14 @@
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable
 
 import pytest
+from presidio_analyzer import AnalyzerEngine
 
-from guardrails.config import SecretsConfig
+from guardrails.config import LeakConfig, PiiConfig, SecretsConfig
+from guardrails.leaks import LeakDetector
 from guardrails.output_check import OutputGuardrails
 from guardrails.pii import PiiRedactor
 from guardrails.secrets import SecretsFilter
@@ -70,7 +73,23 @@ SPLIT_ENTITIES = {
     "iban": "DE89 3704 0044 0532 0130 00",
     "secret": "sk-proj-Zx81LmQ0pRtY7uWv3sNa",
     "password": "password: hunter2secret",
+    # Found only with the context word before it.
+    "bare phone": "call me on 2125550123",
+    "phone extension": "(212) 555-0123 ext. 42",
+    "international phone": "+44 20 7946 0958",
+    "card": "4111 1111 1111 1111",
+    "private key": (
+        "-----BEGIN RSA PRIVATE KEY----- MIIEpAIBAAKCAQEA1x3ZbQ -----END RSA PRIVATE KEY-----"
+    ),
+    # Eight words and more of the system prompt.
+    "prompt leak": "answer briefly and truthfully. When sources are given, answer from them",
 }
+# Kept as they are, but only with the words before them in view.
+CONTEXT_KEPT = {"version": "version 10.2.0.1"}
+SYSTEM_PROMPT = (
+    "You are Northwind's internal assistant. Answer briefly and truthfully. When sources "
+    "are given, answer from them and cite them as [1], [2]."
+)
 
 
 def _sentence(entity: str) -> str:
@@ -93,38 +112,48 @@ def _deltas(text: str, split: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def output(redactor: PiiRedactor) -> OutputGuardrails:
-    return OutputGuardrails(redactor, SecretsFilter(SecretsConfig()))
+    leaks = LeakDetector(LeakConfig(), SYSTEM_PROMPT)
+    return OutputGuardrails(redactor, SecretsFilter(SecretsConfig()), leaks)
 
 
+@pytest.mark.parametrize("held", [False, True], ids=["window", "checks' hold"])
 @pytest.mark.parametrize("chunk_chars", [1, 8, 32])
-@pytest.mark.parametrize("kind", sorted(SPLIT_ENTITIES))
+@pytest.mark.parametrize("kind", sorted(SPLIT_ENTITIES.keys() | CONTEXT_KEPT.keys()))
 def test_an_entity_split_at_every_point_is_never_released_in_pieces(
-    output: OutputGuardrails, kind: str, chunk_chars: int
+    output: OutputGuardrails, kind: str, chunk_chars: int, held: bool
 ) -> None:
     """Chunk sizes from one (a check at every word's end) up move the checks around the
-    entity, so cuts land next to, inside and after it."""
-    entity = SPLIT_ENTITIES[kind]
+    entity, so cuts land next to, inside and after it. With the checks' hold, text is
+    released as soon as they say no check can still need it, well inside the window."""
+    entity = SPLIT_ENTITIES.get(kind) or CONTEXT_KEPT[kind]
     answer = _sentence(entity)
-    whole = output.redactor()(answer)
-    assert entity not in whole
+    whole = _unnumbered(output.redactor()(answer))
+    assert (entity in whole) == (kind in CONTEXT_KEPT)
     start = answer.index(entity)
-    fragments = [part for part in entity.replace(":", " ").split() if len(part) >= 3]
+    parts = entity.replace(":", " ").replace(",", " ").split()
+    fragments = [part for part in parts if len(part) >= 3 and part not in whole]
     for split in range(start, start + len(entity) + 1):
-        stream = StreamingRedactor(output.redactor(), 48, chunk_chars)
+        hold = output.hold_from if held else None
+        stream = StreamingRedactor(output.redactor(), 48, chunk_chars, hold=hold)
         released, chunks = "", 0
         for delta in _deltas(answer, split):
-            piece = stream.feed(delta)
+            piece = _unnumbered(stream.feed(delta))
             released += piece
             chunks += bool(piece)
             # Whatever went out is the start of the whole-answer redaction: no piece of
             # the entity (the redaction has a placeholder there) was ever visible.
             assert whole.startswith(released), (split, released)
-        released += stream.flush()
+        released += _unnumbered(stream.flush())
         assert released == whole, split
         assert chunks >= 2, split  # it streamed around the entity
         for fragment in fragments:
-            if kind != "password" or fragment != "password":
-                assert fragment not in released, (split, fragment)
+            assert fragment not in released, (split, fragment)
+
+
+def _unnumbered(text: str) -> str:
+    """Placeholders without their numbers: the window alone may number a phone number
+    before its extension comes in, so the whole number gets the next placeholder."""
+    return re.sub(r"<([A-Z_]+)_\d+>", r"<\1>", text)
 
 
 def _counting(redact: Callable[[str], str]) -> tuple[Callable[[str], str], list[int]]:
@@ -149,9 +178,10 @@ def test_one_character_deltas_cost_a_check_per_chunk(output: OutputGuardrails) -
     stream = StreamingRedactor(redact, window_chars=48, chunk_chars=32)
     out = "".join(stream.feed(ch) for ch in text) + stream.flush()
     assert out == text
-    # One redact call per 32 new characters (plus the flush), not one or more per token;
-    # each scans the held window and the new chunk, never the released text again.
-    assert len(calls) <= len(text) // 32 + 2, len(calls)
+    # One check per 32 new characters (plus the flush), not one or more per token: two
+    # redact calls, the held text and what stays held; each scans the held window and the
+    # new chunk, never the released text again.
+    assert len(calls) <= 2 * (len(text) // 32) + 2, len(calls)
     assert max(calls) <= 48 + 32 + len("streams ")
 
 
@@ -186,3 +216,40 @@ def test_the_words_before_a_secret_stay_with_it(output: OutputGuardrails) -> Non
         stream = StreamingRedactor(output.redactor(), window_chars=window, chunk_chars=8)
         out = "".join(stream.feed(ch) for ch in text) + stream.flush()
         assert "hunter2secret" not in out, window
+
+
+def _as_tokens(text: str) -> list[str]:
+    """Deltas shaped like a tokenizer's: a word with the space before it."""
+    return re.findall(r"\s*\S+", text)
+
+
+def test_the_first_words_go_out_before_the_window(output: OutputGuardrails) -> None:
+    text = "Sure, here is what the handbook says about annual leave and the days you carry over."
+    stream = output.streaming(None, window_chars=48)
+    released, fed_at_first = "", None
+    for token in _as_tokens(text):
+        piece = stream.feed(token)
+        if piece and fed_at_first is None:
+            fed_at_first = len(released) + len(piece)
+        released += piece
+    assert released.startswith("Sure, ")
+    # Released once its word ended and the next began, not 48 characters later.
+    assert fed_at_first == len("Sure, ")
+    assert released + stream.flush() == text
+
+
+def test_a_policy_with_names_keeps_the_window(analyzer: AnalyzerEngine) -> None:
+    # A name can take any word, so no word can be released before the window passes it.
+    names = PiiRedactor(analyzer, PiiConfig(entities=["EMAIL_ADDRESS", "PERSON"]))
+    output = OutputGuardrails(names, SecretsFilter(SecretsConfig()))
+    text = "Sure, here is what the handbook says about annual leave and the days you carry over."
+    assert output.hold_from(text[: text.index("what")]) is None
+    stream = output.streaming(None, window_chars=48)
+    fed = ""
+    for token in _as_tokens(text):
+        fed += token
+        if piece := stream.feed(token):
+            assert len(fed) - len(piece) >= 48
+            break
+    else:
+        pytest.fail("nothing was released")
