@@ -399,7 +399,9 @@ def main() -> None:
             "in this process beside the server, and the two sides take turns, round by "
             "round, each with new questions; the tables quote medians over the rounds. "
             "Through the gateway, the first token is the first text the output checks "
-            "release, after their hold-back window (48 characters, about 12 tokens).",
+            "release: with the default policy, once its first word has ended and no check "
+            "can still need it (`OutputGuardrails.hold_from`), at the latest 48 characters "
+            "behind the answer's end.",
             "",
             *rows,
             "",

@@ -173,7 +173,8 @@ class LeakConfig(_Check):
 
 
 class OutputGuardrailsConfig(BaseModel):
-    """Checks run on the model's answer; `stream_window_chars` is the streaming hold-back."""
+    """Checks run on the model's answer. While streaming, text goes out as soon as no check
+    can still need it, and at the latest `stream_window_chars` behind the answer's end."""
 
     model_config = ConfigDict(extra="forbid")
 
