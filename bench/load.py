@@ -298,9 +298,10 @@ def render(
         "Reading: the engine decodes at most `BASTION_ENGINE_MAX_SEQS` answers at once (64 "
         "by default) and queues the rest, so with more clients than that the time to first "
         "token is mostly time spent waiting in the queue; below it, the first text waits for "
-        "the output checks' hold-back window (48 characters) while every running answer "
-        "takes its turn a step; inter-token latency is the gap between streamed chunks of one "
-        "answer, which grows with the batch.",
+        "its first word and whatever the output checks still hold (its end while it may "
+        "become an entity, at most 48 characters) while every running answer takes its turn "
+        "a step; inter-token latency is the gap between streamed chunks of one answer, which "
+        "grows with the batch.",
     ]
     if audit.problems:
         lines += ["", "Audit problems: " + "; ".join(audit.problems[:5])]

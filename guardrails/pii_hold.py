@@ -20,7 +20,7 @@ a policy's own patterns, can take any word, so they keep the stream's fixed wind
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 from spacy.lang.en.stop_words import STOP_WORDS
 
@@ -38,7 +38,7 @@ _DIGIT = re.compile(r"\d")
 _GROUP_MAX_CHARS = 5
 
 
-def pii_hold_from(text: str, context_words: Iterable[str]) -> int:
+def pii_hold_from(text: str, context_words: Sequence[str]) -> int:
     """The position in `text` (which ends after whitespace) from which the PII check may
     still need the text: an entity in progress, or context for one that may follow.
     `len(text)` when it needs none of it."""
@@ -52,7 +52,7 @@ def pii_hold_from(text: str, context_words: Iterable[str]) -> int:
             hold = words[i][0]
             break
     before = next((i for i, (start, _) in enumerate(words) if start >= hold), len(words))
-    context = _context_start(words[:before], tuple(context_words))
+    context = _context_start(words[:before], context_words)
     return hold if context is None else context
 
 
@@ -71,7 +71,7 @@ def _may_start_an_entity(words: list[tuple[int, str]], i: int) -> bool:
     return len(word) == 2 and word.isalpha() and (last or bool(_DIGIT.search(words[i + 1][1])))
 
 
-def _context_start(words: list[tuple[int, str]], context_words: tuple[str, ...]) -> int | None:
+def _context_start(words: list[tuple[int, str]], context_words: Sequence[str]) -> int | None:
     """Where the earliest context word among the last words presidio would read starts
     (None: there is none)."""
     counted, earliest = 0, None
