@@ -29,6 +29,8 @@ HELD_ENDS = [
     ),
     ("It is at the end of the day so ", "so "),
     ("Reach the desk (212) ", "Reach the desk (212) "),
+    # "cc" in "according" is a card's context word, but a card's checksum decides alone.
+    ("According to the handbook, employees ", ""),
 ]
 
 
@@ -60,3 +62,12 @@ def test_entities_that_can_take_any_word_leave_it_to_the_window(
     analyzer: AnalyzerEngine, config: PiiConfig
 ) -> None:
     assert PiiRedactor(analyzer, config).hold_from("Sure, here is the answer. ") is None
+
+
+def test_context_words_count_only_where_a_finding_may_need_one(analyzer: AnalyzerEngine) -> None:
+    """At 0.4, ten bare digits (0.1) need "number" near them; at 0.05 every pattern is over
+    the threshold on its own, so no word before an entity decides it."""
+    text = "Here is the number "
+    assert PiiRedactor(analyzer, PiiConfig()).hold_from(text) == len("Here is the ")
+    lenient = PiiRedactor(analyzer, PiiConfig(score_threshold=0.05))
+    assert lenient.hold_from(text) == len(text)
