@@ -21,6 +21,15 @@ from dataclasses import dataclass, field
 # 1.78x/1.84x and 1.93x/2.37x; 7 after a match of 4 or more, 1.75x/2.00x.
 DRAFT_BY_MATCH = ((8, 7), (4, 5), (2, 3), (1, 1))
 LONGEST_DRAFT = DRAFT_BY_MATCH[0][1]
+# The longest draft by the sequence's measured acceptance (the share of its drafted tokens
+# kept, a moving average over its verified drafts), highest first. Were each drafted token
+# kept at rate a independently, a draft of k would buy (1 - a^(k+1)) / (1 - a) tokens a
+# step for the cost above, and below a = 0.5 one token would be best. But a long match is
+# kept far more often than the average says (the misses come mostly after short matches),
+# so the cap steps down gently: 3 tokens below a half, 1 below a quarter.
+DRAFT_BY_ACCEPTANCE = ((0.5, LONGEST_DRAFT), (0.25, 3), (0.0, 1))
+# The newest draft's weight in the moving average: a few drafts move it.
+_ACCEPTANCE_WEIGHT = 0.25
 # A sequence whose drafts keep failing stops drafting for a while, longer each time. A
 # one-token draft's second row costs about a tenth of a step, so it pays while about one
 # draft in eight is accepted; pausing sooner cost more than it saved on the RAG answers.
@@ -36,6 +45,11 @@ _RECENCY_DEPTH = 64
 def draft_length(match: int) -> int:
     """How many tokens to draft after a match of `match` >= 1 tokens."""
     return next(draft for shortest, draft in DRAFT_BY_MATCH if match >= shortest)
+
+
+def longest_draft_for(acceptance: float) -> int:
+    """The longest draft for a sequence whose drafts keep `acceptance` of their tokens."""
+    return next(draft for lowest, draft in DRAFT_BY_ACCEPTANCE if acceptance >= lowest)
 
 
 @dataclass(slots=True)
@@ -107,8 +121,8 @@ class SuffixAutomaton:
 @dataclass(slots=True)
 class SuffixDrafter:
     """One sequence's draft proposer: the continuation of its longest earlier match, its
-    length chosen by the match's length and capped at `max_tokens`; paused after
-    repeated misses."""
+    length chosen by the match's length, capped by the measured acceptance and at
+    `max_tokens`; paused after repeated misses."""
 
     max_tokens: int
     _automaton: SuffixAutomaton = field(default_factory=SuffixAutomaton)
@@ -117,6 +131,7 @@ class SuffixDrafter:
     _paused_for: int = _FIRST_PAUSE_STEPS
     proposed: int = 0
     accepted: int = 0
+    acceptance: float = 1.0  # moving average of the share of each draft kept
 
     def propose(self, token_ids: Sequence[int], limit: int) -> list[int]:
         """Up to `limit` tokens that may follow `token_ids`; [] if none."""
@@ -128,13 +143,18 @@ class SuffixDrafter:
         length, end = automaton.longest_repeat()
         if length == 0:
             return []
-        wanted = min(draft_length(length), self.max_tokens, limit)
+        wanted = min(
+            draft_length(length), longest_draft_for(self.acceptance), self.max_tokens, limit
+        )
         return list(token_ids[end + 1 : end + 1 + wanted]) if wanted > 0 else []
 
     def record(self, drafted: int, accepted: int) -> None:
         """Count a verified draft; pause drafting after repeated misses, longer each time."""
         self.proposed += drafted
         self.accepted += accepted
+        if drafted > 0:
+            kept = accepted / drafted
+            self.acceptance += _ACCEPTANCE_WEIGHT * (kept - self.acceptance)
         if accepted > 0:
             self._misses = 0
             self._paused_for = _FIRST_PAUSE_STEPS

@@ -23,7 +23,13 @@ from engine import (
 )
 from engine.core import EngineCore
 from engine.sampling import probabilities
-from engine.spec_drafts import SuffixAutomaton, SuffixDrafter, draft_length
+from engine.spec_drafts import (
+    LONGEST_DRAFT,
+    SuffixAutomaton,
+    SuffixDrafter,
+    draft_length,
+    longest_draft_for,
+)
 from engine.speculative import accept_draft
 from engine.tokenization import encode_chat
 from tests.engine.conftest import (
@@ -173,6 +179,25 @@ def test_drafting_pauses_after_repeated_misses_and_resumes() -> None:
     assert (drafter.proposed, drafter.accepted) == (3 * 16 + 8, 1)
 
 
+def test_draft_length_follows_the_measured_acceptance() -> None:
+    """A long match drafts the longest draft while drafts are kept; as they stop being kept
+    the drafts shorten, and they lengthen again once tokens are kept."""
+    drafter = SuffixDrafter(max_tokens=8)
+    tokens = list(range(1, 13)) * 2  # the second copy repeats the first: a long match
+    assert len(drafter.propose(tokens, limit=8)) == LONGEST_DRAFT
+    lengths = []
+    for _ in range(9):
+        drafter.record(7, 1)  # one token of seven kept, each time: no pause, low acceptance
+        lengths.append(len(drafter.propose(tokens, limit=8)))
+    assert lengths[0] == LONGEST_DRAFT and lengths[-1] == 1
+    assert lengths == sorted(lengths, reverse=True) and 3 in lengths
+    assert drafter.acceptance < 0.25
+    for _ in range(4):
+        drafter.record(1, 1)
+    assert len(drafter.propose(tokens, limit=8)) == LONGEST_DRAFT
+    assert [longest_draft_for(a) for a in (1.0, 0.5, 0.49, 0.25, 0.1)] == [7, 7, 3, 3, 1]
+
+
 # -- verification -----------------------------------------------------------------------------
 
 
@@ -215,6 +240,26 @@ def test_a_sequence_decoding_beside_another_drafts_one_token(
     assert set(alone.limits[: len(beside.limits)]) == {1}
     assert alone.limits[len(beside.limits)] > 1
     assert alone.accepted > len(expected[1]) // 2
+
+
+def test_no_sequence_drafts_while_more_run_than_the_drafting_bound(
+    tiny_model: LlamaForCausalLM,
+) -> None:
+    """With three answers running and drafting bounded at two, a step verifies no draft,
+    where at three they draft; the answers are the same either way."""
+    prompts = [random_prompt(20, seed=s) for s in (6, 7, 8)]
+    expected = reference(tiny_model, prompts)
+    for bound, drafts in ((2, False), (3, True)):
+        core = make_core(tiny_model, speculative_tokens=8, speculative_max_batch=bound)
+        oracles = []
+        for i, prompt in enumerate(prompts):
+            seq = core.add_request(str(i), prompt, GREEDY)
+            seq.drafter = oracle = OracleDrafter(len(prompt), expected[i])
+            oracles.append(oracle)
+        out = run_core(core)
+        assert [out[str(i)] for i in range(len(prompts))] == expected
+        assert any(o.proposals for o in oracles) == drafts, bound
+        assert_no_block_held(core)
 
 
 def test_natural_drafts_keep_greedy_output(tiny_model: LlamaForCausalLM) -> None:
