@@ -5,8 +5,9 @@ automaton finds, in amortised constant time a token, the longest suffix of the s
 occurred before and where it last ended; the tokens that followed it are the draft. Its
 length follows what a verification step costs in the native int8 kernel (at a 600-token
 context about 1.0 for one row, 1.25 for 3, 1.35 for 4, 1.75 for 6, 2.2 for 8 on AVX-512;
-1.3 for 3, 1.7 for 4, 2.3 for 6, 3.1 for 8 on AVX2), and how well the match predicts: the
-longer the match, the longer the draft.
+1.3 for 3, 1.7 for 4, 2.3 for 6, 3.1 for 8 on AVX2), and how well the draft is likely to
+be kept: the longer the match, the longer the draft, and the less of the sequence's drafts
+has been kept lately, the shorter.
 """
 
 from __future__ import annotations
