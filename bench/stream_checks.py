@@ -5,9 +5,10 @@ default policy's output checks (prompt leaks, secrets, PII) twice in the same ru
 
 - per token: the `StreamingRedactor` as it was before chunking, reimplemented here as the
   baseline: every delta goes through `asyncio.to_thread` and re-redacts the held window;
-- per chunk: `guardrails.streaming.StreamingRedactor` as the gateway drives it: deltas are
-  held on the event loop and a check goes to a thread once `chunk_chars` new characters
-  came in.
+- per chunk: `guardrails.streaming.StreamingRedactor` as the gateway drives it
+  (`OutputGuardrails.streaming`): deltas are held on the event loop, the first words go out
+  once no check can still need them, and then a check goes to a thread once `chunk_chars`
+  new characters came in.
 
 Both are timed the way `ChatService.stream_text` runs them (an asyncio loop, thread hops
 included) and without the loop; each run's output is checked against the whole-answer
@@ -196,7 +197,7 @@ async def measure(
         old = PerTokenRedactor(redact, window)
         await per_token_async(old, deltas, out) if threaded else inline(old, deltas, out)
     else:
-        new = StreamingRedactor(redact, window)
+        new = StreamingRedactor(redact, window, hold=output.hold_from)
         await per_chunk_async(new, deltas, out) if threaded else inline(new, deltas, out)
     ms = (time.perf_counter() - out.started) * 1000
     return Run(ms, redact.calls, out.first_delta, out.first_ms, "".join(out.parts))
@@ -257,9 +258,10 @@ def render(
         f"one process (load average {load:.1f} at the start). Per token: the streaming "
         "redactor before chunking (reimplemented in the bench as the baseline), one "
         "`asyncio.to_thread` hop and a redaction of the held window per delta. Per chunk: "
-        f"`StreamingRedactor` with a check every {DEFAULT_CHUNK_CHARS} new characters "
-        "(at a word's end), a thread hop only for a due check. Both give exactly the "
-        "whole-answer redaction.",
+        "`StreamingRedactor` as the gateway runs it: the first words released once no check "
+        "can still need them (`OutputGuardrails.hold_from`), then a check every "
+        f"{DEFAULT_CHUNK_CHARS} new characters (at a word's end), a thread hop only for a "
+        "due check. Both give exactly the whole-answer redaction.",
         "",
         "| Loop | Per token: ms per answer | Per chunk: ms per answer | Ratio | "
         "Redact calls (token / chunk) | Deltas before the first release (token / chunk) "
@@ -284,8 +286,8 @@ def render(
         "",
         f"Through the asyncio loop, chunking saves {old_ms - new_ms:.0f} ms of the gateway's "
         f"time per {tokens}-token answer ({(old_ms - new_ms) / tokens:.2f} ms a token); "
-        "the first text is released after as many deltas as before, since the first "
-        "check comes as soon as the window allows a cut.",
+        "the first text goes out as soon as its first word has ended and no check can "
+        "still need it, where the per-token way waits for the window.",
     ]
     return "\n".join(lines)
 
