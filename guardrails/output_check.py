@@ -72,8 +72,7 @@ class OutputGuardrails:
     def changes_text(self, restorable: dict[str, str] | None = None) -> bool:
         """Whether `filter` may return other text than it was given: a check is configured,
         or there are pseudonyms to restore. A stream it cannot change holds nothing back."""
-        checks = (self._pii, self._secrets, self._leaks)
-        return any(c is not None and c.config.enabled for c in checks) or bool(restorable)
+        return bool(self._enabled_checks()) or bool(restorable)
 
     def hold_from(self, text: str) -> int | None:
         """Where the end of a streamed answer may still hold the start of something a
@@ -81,13 +80,16 @@ class OutputGuardrails:
         the text before it can be released without waiting for the stream's window. None
         when a check cannot tell, and only the window is safe."""
         hold = len(text)
-        for check in (self._leaks, self._secrets, self._pii):
-            if check is not None and check.config.enabled:
-                check_hold = check.hold_from(text)
-                if check_hold is None:
-                    return None
-                hold = min(hold, check_hold)
+        for check in self._enabled_checks():
+            check_hold = check.hold_from(text)
+            if check_hold is None:
+                return None
+            hold = min(hold, check_hold)
         return hold
+
+    def _enabled_checks(self) -> list[LeakDetector | SecretsFilter | PiiRedactor]:
+        checks = (self._leaks, self._secrets, self._pii)
+        return [c for c in checks if c is not None and c.config.enabled]
 
     def streaming(self, restorable: dict[str, str] | None, window_chars: int) -> StreamingRedactor:
         """A `StreamingRedactor` for one answer: releases text as soon as no check can

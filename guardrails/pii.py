@@ -43,7 +43,7 @@ from presidio_analyzer.recognizer_registry.recognizers_loader_utils import (
 
 from guardrails.config import PiiConfig
 from guardrails.pii_context import ContextNameRecognizer
-from guardrails.pii_hold import pii_hold_from
+from guardrails.pii_hold import deciding_context_words, pii_hold_from
 from guardrails.pii_recognizers import VersionAwareIpRecognizer, supplementary_recognizers
 from guardrails.text_cache import TextCache
 from guardrails.verdict import Action, Verdict, failed_check
@@ -227,26 +227,6 @@ def restore(text: str, placeholders: dict[str, str]) -> str:
     return _PLACEHOLDER_IN_TEXT.sub(lambda m: placeholders.get(m.group(), m.group()), text)
 
 
-def _deciding_context_words(
-    recognizers: Sequence[EntityRecognizer], threshold: float
-) -> tuple[str, ...]:
-    """The context words of the recognizers whose findings may need one to reach
-    `threshold` (bare digits near "call", "ssn"). A pattern that validates its match (a
-    card's checksum, an e-mail's domain) scores 1.0 or is dropped, whatever surrounds it."""
-    words: set[str] = set()
-    for recognizer in recognizers:
-        if isinstance(recognizer, PatternRecognizer):
-            validates = type(recognizer).validate_result is not PatternRecognizer.validate_result
-            patterns: list[Pattern] = recognizer.patterns  # type: ignore[has-type]
-            weakest = min((p.score for p in patterns), default=1.0)
-            if validates or weakest >= threshold:
-                continue
-        elif isinstance(recognizer, PhoneRecognizer) and threshold <= recognizer.SCORE:
-            continue
-        words |= {w.lower() for w in recognizer.context or ()}
-    return tuple(sorted(words))
-
-
 class PiiRedactor:
     """Replaces PII with typed, numbered placeholders such as `<EMAIL_ADDRESS_1>`."""
 
@@ -278,7 +258,7 @@ class PiiRedactor:
         self._needs_ner = bool(NER_ENTITIES & set(self._entities))
         self._screened = not self._custom and set(self._entities) <= SCREENABLE_ENTITIES
         recognizers = analyzer.registry.get_recognizers("en", entities=self._entities)
-        self._context_words = _deciding_context_words(recognizers, config.score_threshold)
+        self._context_words = deciding_context_words(recognizers, config.score_threshold)
         self._findings: TextCache[tuple[PiiFinding, ...]] = TextCache()
 
     @property

@@ -22,20 +22,39 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from presidio_analyzer import EntityRecognizer, Pattern, PatternRecognizer
+from presidio_analyzer.predefined_recognizers import PhoneRecognizer
 from spacy.lang.en.stop_words import STOP_WORDS
+
+from guardrails.pii_recognizers import VERSION_WORDS
 
 # Presidio's context enhancer reads this many words before an entity (stop words and
 # punctuation not counted); one more covers an entity glued to its context word.
 CONTEXT_WORDS_BEFORE = 6
-# Words before a dotted quad that make it a version (`pii_recognizers._VERSION_BEFORE`).
-VERSION_WORDS = frozenset(
-    {"version", "versions", "ver", "release", "releases", "released", "rel", "build", "builds"}
-    | {"firmware", "fw", "revision", "rev", "patch", "v"}
-)
 _WORD = re.compile(r"\S+")
 _LETTER = re.compile(r"[^\W\d_]")
 _DIGIT = re.compile(r"\d")
 _GROUP_MAX_CHARS = 5
+
+
+def deciding_context_words(
+    recognizers: Sequence[EntityRecognizer], threshold: float
+) -> tuple[str, ...]:
+    """The context words of the recognizers whose findings may need one to reach
+    `threshold` (bare digits near "call", "ssn"). A pattern that validates its match (a
+    card's checksum, an e-mail's domain) scores 1.0 or is dropped, whatever surrounds it."""
+    words: set[str] = set()
+    for recognizer in recognizers:
+        if isinstance(recognizer, PatternRecognizer):
+            validates = type(recognizer).validate_result is not PatternRecognizer.validate_result
+            patterns: list[Pattern] = recognizer.patterns  # type: ignore[has-type]
+            weakest = min((p.score for p in patterns), default=1.0)
+            if validates or weakest >= threshold:
+                continue
+        elif isinstance(recognizer, PhoneRecognizer) and threshold <= recognizer.SCORE:
+            continue
+        words |= {w.lower() for w in recognizer.context or ()}
+    return tuple(sorted(words))
 
 
 def pii_hold_from(text: str, context_words: Sequence[str]) -> int:

@@ -39,9 +39,12 @@ INTERNAL_EMAIL_SUFFIXES = frozenset(
     }
 )
 # "version 10.2.0.1", "fw: 2.0.0.1", "v1.2.3.4": a dotted quad named as a version, not a host.
+VERSION_WORDS = frozenset(
+    {"version", "versions", "ver", "release", "releases", "released", "rel", "build", "builds"}
+    | {"firmware", "fw", "revision", "rev", "patch", "v"}
+)
 _VERSION_BEFORE = re.compile(
-    r"(?:\b(?:versions?|ver|release[sd]?|rel|builds?|firmware|fw|revision|rev|patch|"
-    r"v)\.?\s*[:#=]?\s*|(?<![\w.])v)$",
+    rf"(?:\b(?:{'|'.join(sorted(VERSION_WORDS))})\.?\s*[:#=]?\s*|(?<![\w.])v)$",
     re.IGNORECASE,
 )
 _VERSION_WINDOW = 16

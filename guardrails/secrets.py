@@ -25,6 +25,12 @@ class SecretPattern:
     group: int = 0
 
 
+# The key words whose value is a secret: written once, for the patterns and for what a
+# stream must hold while the value is still to come.
+_AWS_SECRET_WORD = r"aws_?secret_?(?:access_?)?key"
+_PASSWORD_WORDS = r"password|passwd|pwd|secret|api[_-]?key|access[_-]?token|auth[_-]?token"
+
+
 def _p(name: str, regex: str, group: int = 0, flags: int = 0) -> SecretPattern:
     return SecretPattern(name, re.compile(regex, flags), group)
 
@@ -43,7 +49,7 @@ BUILTIN_SECRETS: tuple[SecretPattern, ...] = (
     _p("aws_access_key", r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b"),
     _p(
         "aws_secret_key",
-        r"aws_?secret_?(?:access_?)?key\W{0,4}[:=]\s*[\"']?([A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
+        _AWS_SECRET_WORD + r"\W{0,4}[:=]\s*[\"']?([A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
         group=1,
         flags=re.IGNORECASE,
     ),
@@ -61,8 +67,7 @@ BUILTIN_SECRETS: tuple[SecretPattern, ...] = (
     ),
     _p(
         "password_assignment",
-        r"\b(?:password|passwd|pwd|secret|api[_-]?key|access[_-]?token|auth[_-]?token)"
-        r"[\"']?\s*[:=]\s*[\"']?([^\s\"',;<>]{6,})",
+        rf"\b(?:{_PASSWORD_WORDS})[\"']?\s*[:=]\s*[\"']?([^\s\"',;<>]{{6,}})",
         group=1,
         flags=re.IGNORECASE,
     ),
@@ -75,9 +80,7 @@ BUILTIN_SECRETS: tuple[SecretPattern, ...] = (
 _BLOCK_BEGIN = "-----BEGIN"
 _BLOCK_END = re.compile(r"-----END [A-Z0-9 ]*-----")
 _ASSIGNMENT_IN_PROGRESS = re.compile(
-    r"(?:password|passwd|pwd|secret|api[_-]?key|access[_-]?token|auth[_-]?token|"
-    r"aws_?secret_?(?:access_?)?key)\W*$",
-    re.IGNORECASE,
+    rf"(?:{_PASSWORD_WORDS}|{_AWS_SECRET_WORD})\W*$", re.IGNORECASE
 )
 # How far back an assignment's key word can lie from the end with no value yet.
 _ASSIGNMENT_REACH = 64
