@@ -7,7 +7,9 @@ in order and keeps the audit entry up to date. HTTP concerns stay in `routes`.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -35,6 +37,7 @@ from gateway.chat.schemas import (
     ChatCompletionRequest,
     Message,
 )
+from gateway.chat.sources import Sources, describe_sources, find_sources
 from gateway.chat.tool_stream import new_call_id
 from gateway.http.errors import ApiError, guardrail_block
 from gateway.http.model_requests import (
@@ -53,7 +56,6 @@ from gateway.limits.quotas import charge
 from gateway.policy.runtime import PolicyRuntime
 from gateway.services import Services
 from gateway.tracing import (
-    describe_retrieval,
     describe_verdicts,
     in_span,
     note_policy,
@@ -67,7 +69,7 @@ from guardrails import (
     validate_tool_calls,
 )
 from guardrails.pii import CHECK_NAME as PII
-from retrieval import RetrievedChunk, select_for_prompt
+from retrieval import RetrievedChunk
 
 
 @dataclass
@@ -261,33 +263,49 @@ class ChatService:
         roles = [m.role for m in body.messages]
         pii = await run_stage(screens, trace_check, PII, lambda: guardrails.redact(texts))
         query = _last_user_text(body.messages, pii.texts)
-        retrieval: asyncio.Future[tuple[list[RetrievedChunk], list[Verdict]]] | None = None
+        retrieval: asyncio.Future[Sources] | None = None
+        cancelled = threading.Event()
         if not pii.verdict.blocks:
-            retrieve = in_span("retrieval", self._retrieve, describe_retrieval)
+            retrieve = in_span(
+                "retrieval",
+                partial(
+                    find_sources,
+                    self._services.store,
+                    self._runtime.untrusted_text,
+                    policy.retrieval,
+                    entry.tenant,
+                    query,
+                    cancelled,
+                ),
+                describe_sources,
+            )
             if policy.retrieval.enabled:
-                retrieval = asyncio.ensure_future(asyncio.to_thread(retrieve, entry, query))
+                # Handed to the pool now (a task would start only at the loop's next turn,
+                # behind the checks' own trip to the pool); the context carries its span.
+                loop = asyncio.get_running_loop()
+                retrieval = loop.run_in_executor(None, contextvars.copy_context().run, retrieve)
             else:  # off: answered at once, with no task to wait behind the others' turns
                 retrieval = asyncio.get_running_loop().create_future()
-                retrieval.set_result(retrieve(entry, query))
+                retrieval.set_result(retrieve())
         try:
             checked = await run_stage(
                 screens,
                 partial(guardrails.check, texts, last_user, roles, pii=pii, trace=trace_check),
             )
+            if checked.blocking is not None:
+                entry.verdicts.extend(checked.verdicts)
+                entry.outcome = "blocked"
+                raise guardrail_block(checked.blocking.check, _reason(checked.blocking))
         except BaseException:
+            cancelled.set()  # the thread stops at its next step; nobody reads its result
             if retrieval is not None:
                 retrieval.cancel()
             raise
         entry.verdicts.extend(checked.verdicts)
-        if checked.blocking is not None:
-            if retrieval is not None:
-                retrieval.cancel()
-            entry.outcome = "blocked"
-            raise guardrail_block(checked.blocking.check, _reason(checked.blocking))
         assert retrieval is not None, "a blocking PII verdict blocks the whole check"
-        chunks, dropped = await retrieval
-        entry.verdicts.extend(dropped)
-        return _Screened(list(checked.texts), dict(checked.restorable)), chunks
+        sources = await retrieval
+        entry.verdicts.extend(sources.dropped)
+        return _Screened(list(checked.texts), dict(checked.restorable)), sources.chunks
 
     def _record_prompt(
         self,
@@ -479,30 +497,6 @@ class ChatService:
         if not tool_calls:
             return None, [], "content_filter"
         return None, tool_calls, "tool_calls" if finish_reason == "stop" else finish_reason
-
-    def _retrieve(
-        self, entry: AuditEntry, query: str
-    ) -> tuple[list[RetrievedChunk], list[Verdict]]:
-        """The sources for `query`, and a verdict for each retrieved chunk that carried
-        instructions and was dropped (retrieved text is untrusted)."""
-        settings = self._runtime.loaded.policy.retrieval
-        if not settings.enabled or not query or entry.tenant is None:
-            return [], []
-        found = self._services.store.search(
-            entry.tenant, settings.collections, query, settings.top_k, settings.min_score
-        )
-        verdicts = self._runtime.untrusted_text.scan_untrusted([c.text for c in found])
-        kept: list[RetrievedChunk] = []
-        dropped: list[Verdict] = []
-        for chunk, verdict in zip(found, verdicts, strict=True):
-            if verdict.action == "block":
-                dropped.append(
-                    replace(verdict, evidence=(f"chunk {chunk.chunk_id}", *verdict.evidence))
-                )
-            if not verdict.blocks:
-                kept.append(chunk)
-        # The prompt numbers sources in this order; citations must use the same numbers.
-        return select_for_prompt(kept), dropped
 
 
 def _choices(generation: GenerationRequest, n: int) -> list[Choice]:

@@ -28,7 +28,6 @@ from gateway.policy.schema import LoadedPolicy
 from guardrails import Verdict
 from guardrails.output_check import OutputCheckResult
 from guardrails.pii import PiiCheck
-from retrieval import RetrievedChunk
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -141,13 +140,6 @@ def describe_verdicts(span: Span, result: object) -> None:
             VERDICT_SCORE: float(verdict.score),
             VERDICT_MODE: verdict.mode,
         }
-    )
-
-
-def describe_retrieval(span: Span, result: tuple[list[RetrievedChunk], list[Verdict]]) -> None:
-    chunks, dropped = result
-    span.set_attributes(
-        {"bastion.retrieval.chunks": len(chunks), "bastion.retrieval.dropped": len(dropped)}
     )
 
 

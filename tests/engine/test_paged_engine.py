@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 import pytest
@@ -146,6 +147,31 @@ def test_cancelling_the_consumer_task_aborts_the_request(
 
     asyncio.run(main())
     assert engine.call(lambda core: (core.num_requests, core.blocks.counts().used)) == (0, 0)
+
+
+def test_the_engine_decodes_on_while_its_consumer_is_busy(
+    make_engine: Callable[..., PagedEngine],
+) -> None:
+    """Detokenizing, SSE framing and the output checks run on the consumer's side: an event
+    loop held by them (here, by a sleep) never holds the engine thread's steps back."""
+    engine = make_engine()
+    answer_tokens = 48
+
+    async def hold_the_loop_after_the_first_token() -> list[StepOutput]:
+        stream = engine.stream_tokens(
+            random_prompt(20, 4), SamplingParams(max_tokens=answer_tokens, ignore_eos=True)
+        )
+        outputs = [await anext(stream)]
+        deadline = time.monotonic() + 60
+        while engine.call(lambda core: core.num_requests) and time.monotonic() < deadline:
+            time.sleep(0.01)  # blocks the loop, as a slow output check would
+        assert engine.call(lambda core: core.num_requests) == 0, "the engine waited"
+        outputs.extend([out async for out in stream])
+        return outputs
+
+    outputs = asyncio.run(hold_the_loop_after_the_first_token())
+    assert [out.token_id is not None for out in outputs].count(True) == answer_tokens
+    assert outputs[-1].finish_reason == "length"
 
 
 def test_requests_beyond_the_context_window_are_refused(

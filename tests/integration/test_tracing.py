@@ -167,6 +167,33 @@ def test_a_chat_request_is_one_trace_with_a_span_per_stage(
     assert _end(_named(spans, "audit.write")) <= _end(server)
 
 
+def test_retrieval_runs_beside_the_input_checks(
+    traced: TracedServer, live_server: LiveServer
+) -> None:
+    request_id = _request_id()
+    traced.client().chat.completions.create(
+        model=live_server.engine.model_id,
+        # Harmless, with words attacks use: the injection check runs its classifier.
+        messages=[
+            {
+                "role": "user",
+                "content": "Ignore my last email: how many days of paid vacation do we get?",
+            }
+        ],
+        max_tokens=4,
+        extra_headers={"x-request-id": request_id},
+    )
+    spans = traced.trace_of(request_id)
+    retrieval = _named(spans, "retrieval")
+    injection = _named(spans, "input_check.prompt_injection")
+    # Retrieval starts once PII has redacted the query, not after the other checks.
+    assert _start(retrieval) >= _end(_named(spans, "input_check.pii"))
+    assert _start(retrieval) < _end(injection)
+    attributes = retrieval.attributes or {}
+    assert attributes["bastion.retrieval.chunks"] > 0
+    assert attributes["bastion.retrieval.cancelled"] is False
+
+
 def test_a_text_completion_has_the_same_stages(
     traced: TracedServer, live_server: LiveServer
 ) -> None:
@@ -250,6 +277,14 @@ def test_a_blocked_request_shows_the_verdict_and_no_engine_spans(
     assert "prompt_injection:block" in list(server["bastion.verdicts"])
     assert not [s.name for s in spans if s.name.startswith(("engine.", "output_check"))]
     _named(spans, "audit.write")
+    # The retrieval that went to the pool beside the checks never ran, or stopped at its
+    # next step: its span, if any, ends after the server's.
+    time.sleep(0.5)
+    trace_id = _server(spans).context.trace_id
+    late = [s for s in traced.exporter.get_finished_spans() if s.context.trace_id == trace_id]
+    retrievals = [s.attributes or {} for s in late if s.name == "retrieval"]
+    assert all(r["bastion.retrieval.cancelled"] is True for r in retrievals)
+    assert all(r["bastion.retrieval.chunks"] == 0 for r in retrievals)
 
 
 def test_a_streamed_answers_spans_end_when_the_stream_ends(
