@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
-import gc
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -30,6 +28,7 @@ from gateway.audit.log import AuditLog
 from gateway.db.connection import make_db_engine, make_session_factory
 from gateway.db.migrations import upgrade_database
 from gateway.limits.rate_limit import RateLimiter, make_rate_limiter
+from gateway.load_memory import large_allocations_unmapped_when_freed, return_freed_memory
 from gateway.models import ModelRegistry, load_models_file
 from gateway.policy.registry import PolicyRegistry
 from gateway.policy.runtime import PolicyRuntime, open_policies
@@ -125,7 +124,10 @@ def load_services(
     # The engine and the PII analyzer load on threads of their own while this one loads the
     # embedder and ingests the sample corpus: most of each is numpy, torch or file reads,
     # which release the GIL (bench/cold_start.py measures the start).
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="load") as loaders:
+    with (
+        large_allocations_unmapped_when_freed(),
+        ThreadPoolExecutor(max_workers=2, thread_name_prefix="load") as loaders,
+    ):
         engine_loaded: Future[Engine | None] = (
             loaders.submit(_timed, "engine", load_engine, settings)
             if engine is None and embedded
@@ -167,21 +169,6 @@ def load_services(
     return_freed_memory()
     log.info("gateway.services_ready", seconds=round(time.perf_counter() - started, 1))
     return services
-
-
-def return_freed_memory() -> None:
-    """Give the heap pages that loading freed back to the OS.
-
-    Dequantized float32 weights (about 0.5 GB for SmolLM2), the embedder's copy and spaCy's
-    load leave freed memory inside glibc's heap, which it keeps mapped: without this an
-    idle server's RSS counts them. Elsewhere than glibc there is nothing to do.
-    """
-    gc.collect()
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return
-    libc.malloc_trim(0)
 
 
 def _given(value: T) -> Future[T]:

@@ -1,11 +1,15 @@
 """A fresh `bastion serve` (new data folder: migrations, first key, sample corpus) turns
-ready. How fast is measured by bench/cold_start.py, not asserted here; the test reports it."""
+ready and idles within issue 20's memory bound. How fast is measured by
+bench/cold_start.py, not asserted here (a timed test fails on a busy machine); the test
+reports it."""
 
 from __future__ import annotations
 
 import json
 
 from tests.support.cold_start import this_checkout_cold_start
+
+IDLE_RSS_BOUND_BYTES = 1.5e9
 
 
 def test_fresh_serve_turns_ready() -> None:
@@ -23,4 +27,5 @@ def test_fresh_serve_turns_ready() -> None:
         if record["event"] == "gateway.stage_loaded"
     }
     assert stages >= {"engine", "pii_analyzer", "embedder", "sample_corpus", "policies"}
-    assert start.idle_rss_mb > 0
+    # Issue 20: an idle server holds at most 1.5 GB (no duplicate copies of the weights).
+    assert 0 < start.idle_rss_mb * 2**20 <= IDLE_RSS_BOUND_BYTES

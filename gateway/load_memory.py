@@ -1,0 +1,54 @@
+"""Keep what loading frees out of an idle server's resident memory.
+
+Loading allocates and frees large buffers: transformers' float32 copy of SmolLM2 while
+its int8 weights are first prepared (about 0.5 GB), the embedder's copy, spaCy's model.
+glibc's malloc serves a large allocation with its own `mmap`, unmapped when freed, but
+each such free also raises its mmap threshold (up to 32 MiB), so later allocations below
+it come from the heap, reusing pages the freed buffers touched, and those stay resident
+however often the heap is trimmed: a first start, which prepares the weights, idled at
+about 1.6 GB against 1.25 GB for a start that reads them (docs/benchmarks.md, "Cold
+start"). A fixed threshold while loading keeps every large buffer in its own mapping;
+afterwards the threshold is glibc's ceiling, where its dynamic one settles under load.
+Elsewhere than glibc there is nothing to do.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
+LOADING_MMAP_THRESHOLD = 1 << 20
+SERVING_MMAP_THRESHOLD = 32 << 20  # DEFAULT_MMAP_THRESHOLD_MAX on 64-bit systems
+
+
+def _glibc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
+
+
+@contextmanager
+def large_allocations_unmapped_when_freed() -> Iterator[None]:
+    """Within the block, every allocation of `LOADING_MMAP_THRESHOLD` or more is a mapping
+    of its own; then the threshold is `SERVING_MMAP_THRESHOLD`."""
+    libc = _glibc()
+    if libc is not None:
+        libc.mallopt(_M_MMAP_THRESHOLD, LOADING_MMAP_THRESHOLD)
+    try:
+        yield
+    finally:
+        if libc is not None:
+            libc.mallopt(_M_MMAP_THRESHOLD, SERVING_MMAP_THRESHOLD)
+
+
+def return_freed_memory() -> None:
+    """Collect garbage, then give every free page of every malloc arena back to the system
+    (an idle server's RSS would count them)."""
+    gc.collect()
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
