@@ -467,6 +467,8 @@ def test_smollm2_rag_answer_is_unchanged_and_mostly_drafted(int8_engine: PagedEn
         params = SamplingParams(max_tokens=64, speculative=speculative, **options)
         return collect_deltas(int8_engine, GenerationRequest("r", RAG, params))
 
+    # The drafts are verified by the native int8 step (one row per draft position).
+    assert int8_engine.call(lambda core: core.runner.native is not None)
     plain = answer(False)
     assert int8_engine.metrics().draft_tokens == 0
     fast = answer(True)
