@@ -249,7 +249,7 @@ class ChatService:
         self, body: ChatCompletionRequest, entry: AuditEntry
     ) -> tuple[_Screened, list[RetrievedChunk]]:
         """Run the input guardrails over every message, and retrieval beside them; a
-        blocking verdict refuses the request and drops the retrieval.
+        blocking verdict refuses the request and stops the retrieval at its next step.
 
         PII goes first (about 2 ms), so that retrieval searches for the redacted query
         while the injection and topic checks run; when they embed the same text, the
@@ -279,13 +279,13 @@ class ChatService:
                 ),
                 describe_sources,
             )
+            loop = asyncio.get_running_loop()
             if policy.retrieval.enabled:
                 # Handed to the pool now (a task would start only at the loop's next turn,
                 # behind the checks' own trip to the pool); the context carries its span.
-                loop = asyncio.get_running_loop()
                 retrieval = loop.run_in_executor(None, contextvars.copy_context().run, retrieve)
             else:  # off: answered at once, with no task to wait behind the others' turns
-                retrieval = asyncio.get_running_loop().create_future()
+                retrieval = loop.create_future()
                 retrieval.set_result(retrieve())
         try:
             checked = await run_stage(
