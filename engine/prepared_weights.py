@@ -8,7 +8,8 @@ prepares them, so the first start saves them beside the native decode step's bui
 same cache folder) and later starts read them back and dequantize the dense twin that
 prefill uses. `bastion prepare` saves them into a container image.
 
-The file's name holds a key over the GGUF's path, size and modification time, the dtype,
+The file's name holds a key over the GGUF's path, size and modification time (in whole
+seconds, as a container image's layers keep it), the dtype,
 PyTorch's version and the bytes of the modules that shape the values, so an edit to any of
 them, or another file under the same path, is never served from a stale copy. A file
 that does not read back is prepared again and replaced.
@@ -115,7 +116,9 @@ def prepared_path(cache_dir: Path, model_file: Path, dtype: torch.dtype) -> Path
     parts = [
         str(model_file).encode(),
         str(stat.st_size).encode(),
-        str(stat.st_mtime_ns).encode(),
+        # Whole seconds: an image layer (a tar archive) keeps no more, so the copy
+        # `bastion prepare` saved at image build would otherwise never be read.
+        str(stat.st_mtime_ns // 1_000_000_000).encode(),
         str(dtype).encode(),
         torch.__version__.encode(),
         *((_ENGINE_DIR / name).read_bytes() for name in _PREPARING_MODULES),

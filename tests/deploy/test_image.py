@@ -173,17 +173,23 @@ def test_the_models_are_baked_in(image: dict[str, Any], replica: Replica) -> Non
 
 
 def test_the_native_decode_step_was_built_at_image_build(replica: Replica) -> None:
-    """The server maps the library the image carries, and did not compile one at start."""
+    """The server maps the library the image carries, and did not compile one at start;
+    the int8 weights `bastion prepare` saved beside it were read, not prepared again."""
     built = replica.exec("ls", NATIVE_DIR).split()
-    assert len(built) == 1 and built[0].startswith("decode_step-") and built[0].endswith(".so")
+    (library,) = [name for name in built if name.endswith(".so")]
+    assert library.startswith("decode_step-")
+    (weights,) = [name for name in built if name.startswith("weights-")]
     maps = replica.exec("cat", "/proc/1/maps")
-    assert f"{NATIVE_DIR}/{built[0]}" in maps
-    events = {r.get("event") for r in replica.logs()}
+    assert f"{NATIVE_DIR}/{library}" in maps
+    logs = replica.logs()
+    events = {r.get("event") for r in logs}
     assert not events & {
         "native_decode.compiling",
         "native_decode.rebuilding",
         "native_decode.unavailable",
     }
+    (prepared,) = [r for r in logs if r.get("event") == "engine.prepared_weights"]
+    assert prepared["read"] is True and prepared["path"] == f"{NATIVE_DIR}/{weights}"
 
 
 def test_it_turns_ready_and_answers_a_chat_completion(

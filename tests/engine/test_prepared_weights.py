@@ -103,6 +103,19 @@ def test_tiled_or_packed_weights_are_not_saved(tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir())  # nothing half-written is left
 
 
+def test_the_key_outlives_an_image_layer_that_keeps_whole_seconds(tmp_path: Path) -> None:
+    """A container image's layers are tar archives: a file's modification time comes out of
+    them in whole seconds, and the copy `bastion prepare` saved at build must still be read."""
+    model_file = tmp_path / "model.gguf"
+    model_file.write_bytes(b"GGUF one")
+    os.utime(model_file, ns=(1_796_647_156_123_456_789, 1_796_647_156_123_456_789))
+    at_build = prepared.prepared_path(tmp_path, model_file, torch.bfloat16)
+    os.utime(model_file, ns=(1_796_647_156_000_000_000, 1_796_647_156_000_000_000))
+    assert prepared.prepared_path(tmp_path, model_file, torch.bfloat16) == at_build
+    os.utime(model_file, ns=(1_796_647_157_000_000_000, 1_796_647_157_000_000_000))
+    assert prepared.prepared_path(tmp_path, model_file, torch.bfloat16) != at_build
+
+
 def test_each_model_file_and_dtype_has_its_own_copy(tmp_path: Path) -> None:
     model_file = tmp_path / "model.gguf"
     model_file.write_bytes(b"GGUF one")
