@@ -31,10 +31,14 @@ class ColdStart:
 
 
 def cold_start(
-    repo: Path = REPO_ROOT, settle_s: float = 3.0, python: str = sys.executable
+    repo: Path = REPO_ROOT,
+    settle_s: float = 3.0,
+    python: str = sys.executable,
+    fresh_native_cache: bool = False,
 ) -> ColdStart:
     """Start `repo`'s gateway on a fresh data folder with JSON logs, wait until ready, let
-    it idle `settle_s`, measure, and stop it with SIGTERM."""
+    it idle `settle_s`, measure, and stop it with SIGTERM. With `fresh_native_cache` it
+    starts as on a new machine: the native step built and the int8 weights prepared."""
     with tempfile.TemporaryDirectory(prefix="bastion-cold-") as scratch:
         folder = Path(scratch)
         port = free_port()
@@ -45,6 +49,8 @@ def cold_start(
             "BASTION_LOG_JSON": "true",
             "PYTHONPATH": str(repo),
         }
+        if fresh_native_cache:
+            env["BASTION_NATIVE_CACHE_DIR"] = str(folder / "native")
         with (folder / "stdout").open("wb") as out, (folder / "stderr").open("wb") as err:
             started = time.perf_counter()
             process = subprocess.Popen(
