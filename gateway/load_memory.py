@@ -16,39 +16,45 @@ from __future__ import annotations
 
 import ctypes
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+
+from gateway.heap_trim import glibc_malloc_trim, trim_heap
 
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
 LOADING_MMAP_THRESHOLD = 1 << 20
 SERVING_MMAP_THRESHOLD = 32 << 20  # DEFAULT_MMAP_THRESHOLD_MAX on 64-bit systems
 
 
-def _glibc() -> ctypes.CDLL | None:
+def _mallopt() -> Callable[[int, int], int] | None:
+    """The C library's `mallopt`, or None where it has none."""
     try:
-        return ctypes.CDLL("libc.so.6")
-    except OSError:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
         return None
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return mallopt
 
 
 @contextmanager
 def large_allocations_unmapped_when_freed() -> Iterator[None]:
     """Within the block, every allocation of `LOADING_MMAP_THRESHOLD` or more is a mapping
     of its own; then the threshold is `SERVING_MMAP_THRESHOLD`."""
-    libc = _glibc()
-    if libc is not None:
-        libc.mallopt(_M_MMAP_THRESHOLD, LOADING_MMAP_THRESHOLD)
+    mallopt = _mallopt()
+    if mallopt is not None:
+        mallopt(_M_MMAP_THRESHOLD, LOADING_MMAP_THRESHOLD)
     try:
         yield
     finally:
-        if libc is not None:
-            libc.mallopt(_M_MMAP_THRESHOLD, SERVING_MMAP_THRESHOLD)
+        if mallopt is not None:
+            mallopt(_M_MMAP_THRESHOLD, SERVING_MMAP_THRESHOLD)
 
 
 def return_freed_memory() -> None:
     """Collect garbage, then give every free page of every malloc arena back to the system
     (an idle server's RSS would count them)."""
     gc.collect()
-    libc = _glibc()
-    if libc is not None:
-        libc.malloc_trim(0)
+    trim = glibc_malloc_trim()
+    if trim is not None:
+        trim_heap(trim)

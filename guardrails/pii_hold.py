@@ -75,15 +75,20 @@ def pii_hold_from(text: str, context_words: Sequence[str]) -> int:
     return hold if context is None else context
 
 
+def _number_shaped(word: str) -> bool:
+    """A word with a digit, or with no letter ("(", "+", "-")."""
+    return bool(_DIGIT.search(word)) or not _LETTER.search(word)
+
+
 def _continues_an_entity(word: str) -> bool:
-    if _DIGIT.search(word) or not _LETTER.search(word):
+    if _number_shaped(word):
         return True
     return (word.isalnum() and len(word) <= _GROUP_MAX_CHARS) or word.lower().startswith("ext")
 
 
 def _may_start_an_entity(words: list[tuple[int, str]], i: int) -> bool:
     word = words[i][1]
-    if _DIGIT.search(word) or not _LETTER.search(word):
+    if _number_shaped(word):
         return True
     # An IBAN's country code written apart from its check digits ("GB 82 WEST ...").
     last = i + 1 == len(words)

@@ -37,7 +37,7 @@ from gateway.chat.schemas import (
     ChatCompletionRequest,
     Message,
 )
-from gateway.chat.sources import Sources, describe_sources, find_sources
+from gateway.chat.sources import Sources, find_sources
 from gateway.chat.tool_stream import new_call_id
 from gateway.http.errors import ApiError, guardrail_block
 from gateway.http.model_requests import (
@@ -56,6 +56,7 @@ from gateway.limits.quotas import charge
 from gateway.policy.runtime import PolicyRuntime
 from gateway.services import Services
 from gateway.tracing import (
+    describe_retrieval,
     describe_verdicts,
     in_span,
     note_policy,
@@ -277,7 +278,7 @@ class ChatService:
                     query,
                     cancelled,
                 ),
-                describe_sources,
+                describe_retrieval,
             )
             loop = asyncio.get_running_loop()
             if policy.retrieval.enabled:

@@ -11,15 +11,9 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, replace
 
-from opentelemetry.trace import Span
-
 from gateway.policy.schema import RetrievalSettings
 from guardrails import InjectionDetector, Verdict
 from retrieval import DocumentStore, RetrievedChunk, select_for_prompt
-
-RETRIEVAL_CHUNKS = "bastion.retrieval.chunks"
-RETRIEVAL_DROPPED = "bastion.retrieval.dropped"
-RETRIEVAL_CANCELLED = "bastion.retrieval.cancelled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,10 +24,6 @@ class Sources:
     chunks: list[RetrievedChunk]
     dropped: list[Verdict]
     cancelled: bool = False
-
-
-NO_SOURCES = Sources([], [])
-CANCELLED = Sources([], [], cancelled=True)
 
 
 def find_sources(
@@ -47,12 +37,12 @@ def find_sources(
     """The sources for `query` in the tenant's collections (retrieved text is untrusted:
     a chunk that carries instructions is dropped, with a verdict)."""
     if not settings.enabled or not query or tenant is None:
-        return NO_SOURCES
+        return Sources([], [])
     if cancelled.is_set():
-        return CANCELLED
+        return Sources([], [], cancelled=True)
     found = store.search(tenant, settings.collections, query, settings.top_k, settings.min_score)
     if cancelled.is_set():
-        return CANCELLED
+        return Sources([], [], cancelled=True)
     verdicts = untrusted_text.scan_untrusted([c.text for c in found])
     kept: list[RetrievedChunk] = []
     dropped: list[Verdict] = []
@@ -64,14 +54,3 @@ def find_sources(
             kept.append(chunk)
     # The prompt numbers sources in this order; citations must use the same numbers.
     return Sources(select_for_prompt(kept), dropped)
-
-
-def describe_sources(span: Span, sources: Sources) -> None:
-    """The retrieval span's counts (never the chunks' text)."""
-    span.set_attributes(
-        {
-            RETRIEVAL_CHUNKS: len(sources.chunks),
-            RETRIEVAL_DROPPED: len(sources.dropped),
-            RETRIEVAL_CANCELLED: sources.cancelled,
-        }
-    )

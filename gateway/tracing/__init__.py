@@ -8,6 +8,7 @@ from gateway.tracing.provider import build_tracer_provider, tracer_provider_from
 from gateway.tracing.stages import (
     describe_auth,
     describe_entry,
+    describe_retrieval,
     describe_verdicts,
     embedding_stage,
     in_span,
@@ -22,6 +23,7 @@ __all__ = [
     "build_tracer_provider",
     "describe_auth",
     "describe_entry",
+    "describe_retrieval",
     "describe_verdicts",
     "embedding_stage",
     "in_span",

@@ -22,6 +22,7 @@ from opentelemetry.trace import INVALID_SPAN, Span, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from gateway.audit.log import AuditEntry
+from gateway.chat.sources import Sources
 from gateway.http.errors import ApiError
 from gateway.keys.store import KeyIdentity
 from gateway.policy.schema import LoadedPolicy
@@ -52,6 +53,9 @@ VERDICT_ACTION = "bastion.verdict.action"
 VERDICT_SCORE = "bastion.verdict.score"
 VERDICT_MODE = "bastion.verdict.mode"
 EMBEDDING_INPUTS = "bastion.embedding.inputs"
+RETRIEVAL_CHUNKS = "bastion.retrieval.chunks"
+RETRIEVAL_DROPPED = "bastion.retrieval.dropped"
+RETRIEVAL_CANCELLED = "bastion.retrieval.cancelled"  # a block stopped it
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +143,16 @@ def describe_verdicts(span: Span, result: object) -> None:
             VERDICT_ACTION: verdict.action,
             VERDICT_SCORE: float(verdict.score),
             VERDICT_MODE: verdict.mode,
+        }
+    )
+
+
+def describe_retrieval(span: Span, sources: Sources) -> None:
+    span.set_attributes(
+        {
+            RETRIEVAL_CHUNKS: len(sources.chunks),
+            RETRIEVAL_DROPPED: len(sources.dropped),
+            RETRIEVAL_CANCELLED: sources.cancelled,
         }
     )
 
