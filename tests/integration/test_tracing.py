@@ -267,8 +267,9 @@ def test_a_blocked_request_shows_the_verdict_and_no_engine_spans(
     assert "prompt_injection:block" in list(server["bastion.verdicts"])
     assert not [s.name for s in spans if s.name.startswith(("engine.", "output_check"))]
     _named(spans, "audit.write")
-    # Retrieval went to the pool before the checks, so it had started; the block stopped it
-    # at its next step, and its span may end after the server's.
+    # Retrieval went to the pool before the checks, so it had started; its span may end
+    # after the server's. Whether the block stopped it or it had finished first is a race
+    # (tests/gateway/chat/test_sources.py stops one mid-search deterministically).
     deadline = time.monotonic() + 10
     trace_id = _server(spans).context.trace_id
     retrievals: list[ReadableSpan] = []
@@ -279,10 +280,7 @@ def test_a_blocked_request_shows_the_verdict_and_no_engine_spans(
             for s in traced.exporter.get_finished_spans()
             if s.context.trace_id == trace_id and s.name == "retrieval"
         ]
-    (retrieval,) = retrievals
-    attributes = retrieval.attributes or {}
-    assert attributes["bastion.retrieval.cancelled"] is True
-    assert attributes["bastion.retrieval.chunks"] == 0
+    assert len(retrievals) == 1
 
 
 def test_a_streamed_answers_spans_end_when_the_stream_ends(
