@@ -356,6 +356,7 @@ def _screen_is_unsure(prompt: str) -> bool:
 
 def bench_latency(embed: Embedder) -> list[str]:
     float32 = Embedder.load()
+    request_dtype = "bfloat16" if cpu_has_bf16() else "float32"  # `for_requests` picks it
     analyzer = build_analyzer()
     injection = InjectionDetector(InjectionConfig(), embed=embed)
     patterns = InjectionDetector(InjectionConfig())
@@ -401,13 +402,13 @@ def bench_latency(embed: Embedder) -> list[str]:
         ),
         ("topics alone (allow + deny lists)", lambda p: topics.check(p), LATENCY_PROMPT),
         (
-            f"MiniLM embedding of the first {EMBED_CHARS} characters, bfloat16 (what the "
-            "checks embed)",
+            f"MiniLM embedding of the first {EMBED_CHARS} characters, {request_dtype} (what "
+            "the checks embed)",
             lambda p: embed([embedding_head(p)]),
             LATENCY_PROMPT,
         ),
         (
-            "MiniLM embedding of the whole prompt, bfloat16 (the requests' embedder)",
+            f"MiniLM embedding of the whole prompt, {request_dtype} (the requests' embedder)",
             lambda p: embed([p]),
             LATENCY_PROMPT,
         ),
