@@ -8,7 +8,7 @@ it come from the heap, reusing pages the freed buffers touched, and those stay r
 however often the heap is trimmed: a first start, which prepares the weights, idled at
 about 1.6 GB against 1.25 GB for a start that reads them (docs/benchmarks.md, "Cold
 start"). A fixed threshold while loading keeps every large buffer in its own mapping;
-afterwards the threshold is glibc's ceiling, where its dynamic one settles under load.
+afterwards it is SERVING_MMAP_THRESHOLD.
 Elsewhere than glibc there is nothing to do.
 """
 
@@ -23,7 +23,11 @@ from gateway.heap_trim import glibc_malloc_trim, trim_heap
 
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
 LOADING_MMAP_THRESHOLD = 1 << 20
-SERVING_MMAP_THRESHOLD = 32 << 20  # DEFAULT_MMAP_THRESHOLD_MAX on 64-bit systems
+# After loading: a buffer this large takes milliseconds of compute to fill, against about
+# one for its own mapping's page faults. At glibc's ceiling (32 MiB) a buffer of 8-32 MiB
+# allocated and freed once the server was up kept its heap pages, and a fresh
+# server on an AVX2-only CPU idled 33 MiB higher, over issue 20's 1.5 GB.
+SERVING_MMAP_THRESHOLD = 8 << 20
 
 
 def _mallopt() -> Callable[[int, int], int] | None:
