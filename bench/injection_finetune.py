@@ -24,7 +24,6 @@ import copy
 import math
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -153,18 +152,7 @@ def main() -> None:
     states, vectors, encoder = hidden_states(heads, args.from_layer)
     x = training.features(training.guardrail_embedder(), [ex.text for ex in examples], vectors)
     y = np.array([ex.label for ex in examples])
-    counts: dict[tuple[str, int], int] = defaultdict(int)
-    for ex in examples:
-        counts[(training.weight_group(ex.source), ex.label)] += 1
-    weights = np.array(
-        [
-            len(examples)
-            / counts[(training.weight_group(ex.source), ex.label)]
-            * (training.HARD_NEGATIVE_WEIGHT if ex.source == "hard" and ex.label == 0 else 1.0)
-            for ex in examples
-        ]
-    )
-    weights *= len(examples) / weights.sum()
+    weights = training.sample_weights(examples)
     folds = StratifiedKFold(5, shuffle=True, random_state=0).split(x.sentences, y)
     fit_rows, held_rows = next(iter(folds))
     baseline = training._fit(x.rows(fit_rows), y[fit_rows], weights[fit_rows])

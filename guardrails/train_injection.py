@@ -493,6 +493,30 @@ def choose_unit_screen_below(
     return max(screen_below, float(np.quantile(screen[caught], 1.0 - UNIT_SCREEN_PASS)))
 
 
+def group_counts(examples: list[Example]) -> dict[tuple[str, int], int]:
+    """Examples per (weight group, label)."""
+    counts: dict[tuple[str, int], int] = defaultdict(int)
+    for ex in examples:
+        counts[(weight_group(ex.source), ex.label)] += 1
+    return counts
+
+
+def sample_weights(examples: list[Example]) -> npt.NDArray[np.float64]:
+    """Equal weight per weight group and class, so 5,000 templated promptshield rows do not
+    drown a few hundred hard negatives; the hard negatives HARD_NEGATIVE_WEIGHT times
+    that. Scaled to average 1."""
+    counts = group_counts(examples)
+    weights = np.array(
+        [
+            len(examples)
+            / counts[(weight_group(ex.source), ex.label)]
+            * (HARD_NEGATIVE_WEIGHT if ex.source == "hard" and ex.label == 0 else 1.0)
+            for ex in examples
+        ]
+    )
+    return np.asarray(weights * (len(examples) / weights.sum()))
+
+
 def train(
     embed: TokenEmbedder,
     examples: list[Example],
@@ -502,20 +526,8 @@ def train(
     out-of-fold probabilities (the held-out test split is never looked at)."""
     x = features(embed, [ex.text for ex in examples], cache)
     y = np.array([ex.label for ex in examples])
-    # Equal weight per source and class, so 5,000 templated promptshield rows do not
-    # drown a few hundred hard negatives.
-    counts: dict[tuple[str, int], int] = defaultdict(int)
-    for ex in examples:
-        counts[(weight_group(ex.source), ex.label)] += 1
-    weights = np.array(
-        [
-            len(examples)
-            / counts[(weight_group(ex.source), ex.label)]
-            * (HARD_NEGATIVE_WEIGHT if ex.source == "hard" and ex.label == 0 else 1.0)
-            for ex in examples
-        ]
-    )
-    weights *= len(examples) / weights.sum()
+    counts = group_counts(examples)
+    weights = sample_weights(examples)
     oof_screen, oof = np.zeros(len(examples)), np.zeros(len(examples))
     folds = StratifiedKFold(5, shuffle=True, random_state=0).split(x.sentences, y)
     for fit_rows, held_rows in folds:
