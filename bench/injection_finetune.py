@@ -49,12 +49,12 @@ HEAD_LEARNING_RATE = 3e-3
 
 
 def hidden_states(
-    heads: list[str], layer: int
+    embedder: Embedder, heads: list[str], layer: int
 ) -> tuple[dict[str, npt.NDArray[np.float16]], training.EmbeddingCache, Any]:
     """Each head's float32 MiniLM states after `layer` layers ([CLS] and [SEP] kept), its
     sentence and token vectors as the embedder makes them from the same pass (for the
     baseline's features), and the model."""
-    model = Embedder.load()._model
+    model = embedder._model
     encoder = model[0].auto_model
     states: dict[str, npt.NDArray[np.float16]] = {}
     vectors: training.EmbeddingCache = {}
@@ -149,8 +149,9 @@ def main() -> None:
     torch.manual_seed(0)
     examples = training.with_benign_units(training.load_splits()["train"], training.BENIGN_UNITS)
     heads = [embedding_head(text_windows(normalize(ex.text))[0]) for ex in examples]
-    states, vectors, encoder = hidden_states(heads, args.from_layer)
-    x = training.features(training.guardrail_embedder(), [ex.text for ex in examples], vectors)
+    embedder = Embedder.load()  # float32; `vectors` holds every head, so it embeds nothing more
+    states, vectors, encoder = hidden_states(embedder, heads, args.from_layer)
+    x = training.features(embedder, [ex.text for ex in examples], vectors)
     y = np.array([ex.label for ex in examples])
     weights = training.sample_weights(examples)
     folds = StratifiedKFold(5, shuffle=True, random_state=0).split(x.sentences, y)
