@@ -188,18 +188,26 @@ def _join_spaced_letters(text: str) -> str | None:
 
 def _unrot13(text: str) -> str | None:
     decoded = codecs.encode(text, "rot13")
-    if _english_words(decoded) > max(1, _english_words(text)):
-        return decoded
-    return None
+    return decoded if _reads_as_more_english(decoded, text) else None
 
 
 def _unreverse(text: str) -> list[str]:
     """Text written backwards, whole ("snoitcurtsni erongi") or word by word ("erongi
     snoitcurtsni"), when the reversal reads as more English than the text itself."""
-    known = max(1, _english_words(text))
     readings = (text[::-1], " ".join(word[::-1] for word in text.split(" ")))
-    return [reading for reading in readings if _english_words(reading) > known]
+    return [reading for reading in readings if _reads_as_more_english(reading, text)]
 
 
-def _english_words(text: str) -> int:
-    return sum(1 for word in re.findall(r"[a-z]+", text) if word in _COMMON_WORDS)
+def _reads_as_more_english(reading: str, text: str) -> bool:
+    """More of `_COMMON_WORDS` in `reading` than in `text` (at least two), one of them of
+    three letters or more. Reversed Portuguese or Italian reads "me", "is" and "as" by
+    chance ("em", "si", "sa"), and the classifier, trained on reversed attacks, blocks
+    such a reading of a harmless request. Of the training split's harmless texts, 22 had
+    a reversed or rot13 reading without the long word and 3 with it; of its attacks'
+    reversals that read as English without it, 96% still do."""
+    words = _english_words(reading)
+    return len(words) > max(1, len(_english_words(text))) and any(len(w) >= 3 for w in words)
+
+
+def _english_words(text: str) -> list[str]:
+    return [word for word in re.findall(r"[a-z]+", text) if word in _COMMON_WORDS]

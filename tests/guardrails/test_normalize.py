@@ -87,3 +87,12 @@ def test_reversed_text_is_read_forwards() -> None:
 def test_ordinary_text_gets_no_reversed_reading() -> None:
     text = "please send the invoice for order 4471 to the finance team"
     assert decoded_variants(text) == [text]
+
+
+def test_reversed_portuguese_and_italian_get_no_english_reading() -> None:
+    # Backwards, "em" reads "me" and "si" reads "is": short words that make no English.
+    for text in (
+        "Paguei um jantar com cliente em Buenos Aires em pesos e lanço isso em reais?",
+        "Da gennaio si attiva la nuova carta e si può usare in mensa",
+    ):
+        assert decoded_variants(text) == [normalize(text)]
