@@ -91,6 +91,10 @@ _ROLE_CUES = (
     r"i\s+am\s+(?:the|your)\s+(?:administrator|admin|developer|creator)|(?:your|the)\s+(?:developers|creators)\s+have",
     r"(?:fictional|imaginary|hypothetical|invented)\s+world",
     r"you\s+are\s+\w+,\s+an?\b|you\s+are\s+(?:an?|the)\s+(?:\w+\s+)?(?:ai|model|version|bot|chatbot)\b",
+    # "From this moment", in each language.
+    r"from\s+this\s+moment|d[eè]s\s+(?:[aà]\s+)?pr[eé]sent|[aà]\s+partir\s+de\s+ce\s+moment"
+    r"|ab\s+diesem\s+moment|von\s+jetzt\s+an|desde\s+este\s+momento|da\s+questo\s+momento"
+    r"|a\s+partir\s+deste\s+momento|deste\s+momento\s+em\s+diante",
     r"tu\s+es\s+\w+|tu\s+vas\s+(?:faire\s+semblant|simuler|jouer|[eê]tre)|fais\s+parler|monde\s+(?:fictif|imaginaire)",
     r"je\s+suis\s+l'administrateur|(?:tes|vos)\s+d[eé]veloppeurs\s+ont",
     r"du\s+bist\s+\w+|antworte\s+(?:nur\s+)?(?:noch\s+)?als|deine\s+persona|fiktiven\s+welt|ich\s+bin\s+der\s+administrator|deine\s+entwickler",
@@ -169,6 +173,22 @@ _UNBOUND_CUES = (
     r"(?:nenhuma?|sem)\s+(?:\w+\s+)?(?:restri[cç][aã]o|regra|norma|prote[cç][aã]o|pol[ií]tica|limite|recusas?|lei|alinhamento)\b|limite\s+nenhum|filtro\s+nenhum",
     r"n[aã]o\s+est[aá]\s+mais\s+pres|se\s+libertou|nunca\s+diz\s+que\s+n[aã]o|deixam\s+de\s+valer|debocha\s+das\s+regras|zero\s+[eé]tica|quebrou\s+(?:todas\s+)?as\s+correntes",
     r"(?:deride|lacht\s+[uü]ber|se\s+burla\s+de|se\s+moque\s+de|mocks)\s+(?:\w+\s+){0,2}(?:sicherheit\w*|seguridad|sicurezza|s[eé]curit[eé]|safety)",
+    # Refuses nothing, says yes to everything, an unlocked version, rules to break, rules
+    # suspended, in each language.
+    r"refuses\s+nothing|without\s+ever\s+refusing|says\s+yes\s+to\s+everything|unlocked\s+version"
+    r"|breaks?\s+(?:\w+\s+)?rules|(?:rules|guardrails|filters|safeguards)\s+(?:are\s+)?suspended",
+    r"ne\s+refuse\s+rien|sans\s+jamais\s+refuser|dit\s+oui\s+[aà]\s+tout|d[eé]verrouill"
+    r"|enfreindre\s+(?:\w+\s+)?r[eè]gles|pas\s+d(?:e\s+|')(?:refus|avertissement|filtre|r[eè]gle|limite|censure)"
+    r"|(?:garde-fous|filtres|restrictions|r[eè]gles)\s+(?:\w+\s+)?(?:sont\s+)?suspendu",
+    r"nichts\s+(?:ablehnt|verweigert)|nie\s+etwas\s+ablehnt|ohne\s+(?:jemals\s+)?abzulehnen"
+    r"|zu\s+allem\s+ja|tabulos|entsperrt|regeln\s+zu\s+brechen|bricht\s+(?:\w+\s+)?regeln"
+    r"|(?:schutzmechanismen|filter|regeln|richtlinien)\s+(?:\w+\s+){0,3}ausgesetzt",
+    r"no\s+rechaza\s+nada|sin\s+negarse\s+nunca|dice\s+que\s+s[ií]\s+a\s+todo|romper\s+(?:\w+\s+)?reglas"
+    r"|(?:filtros|restricciones|reglas|salvaguardas)\s+(?:\w+\s+)?(?:est[aá]n\s+)?suspendid",
+    r"non\s+rifiuta\s+(?:niente|nulla)|senza\s+mai\s+rifiutare|dice\s+s[iì]\s+a\s+tutto"
+    r"|infrangere\s+(?:\w+\s+)?regole|(?:filtri|restrizioni|regole|protezioni)\s+(?:\w+\s+)?(?:sono\s+)?sospes",
+    r"n[aã]o\s+recusa\s+nada|sem\s+nunca\s+recusar|diz\s+sim\s+(?:a|para)\s+tudo|quebrar\s+(?:\w+\s+)?regras"
+    r"|(?:filtros|restri[cç][oõ]es|regras|prote[cç][oõ]es)\s+(?:\w+\s+)?(?:est[aã]o\s+)?suspens",
 )
 
 
