@@ -43,6 +43,7 @@ from guardrails import (  # noqa: E402
 from guardrails.embedding import EMBED_CHARS, embedding_head  # noqa: E402
 from guardrails.injection_classifier import (  # noqa: E402
     DEFAULT_WEIGHTS,
+    NEIGHBOURS_FILE,
     SUSPECT_UNITS,
     UNIT_CHARS,
 )
@@ -78,12 +79,14 @@ def bench_injection(embed: Embedder) -> list[str]:
         "Blocked = any pattern matched (regexes, the tolerant 'ignore previous "
         "instructions' matcher, or the persona cue matcher: a role taken on within 300 "
         "characters of a promise to drop the rules) or classifier probability at or above "
-        "its threshold. Classifier: logistic regression over the MiniLM embedding (bf16) of "
+        "its threshold. Classifier: logistic regression over the MiniLM embedding of "
         f"each window's first {EMBED_CHARS} characters and word 1-2-gram and character "
         "3-6-gram TF-IDF of the whole window, plus a token head stacked on it (attention "
         f"and max pooling of {classifier.head.proj.shape[1]} projections of each MiniLM "
         "token vector of the same head, from the same model pass; "
-        "`guardrails/injection_head.py`), behind an n-gram-only screen that clears text "
+        "`guardrails/injection_head.py`), and the similarity of the head's sentence vector "
+        "to the nearest training attack and nearest harmless training text stacked on both "
+        "(`guardrails/injection_neighbours.py`), behind an n-gram-only screen that clears text "
         f"without embedding it; a text longer than {UNIT_CHARS} characters also has its "
         f"sentences and sentence pairs screened, and the {SUSPECT_UNITS} most suspect ones "
         "scored on their own unless the units' cut clears them. Vocabulary: "
@@ -110,7 +113,8 @@ def bench_injection(embed: Embedder) -> list[str]:
         "of the out-of-fold scores of the training split: pooled FPR <= 1%, hard "
         "negatives <= 2%, each language <= 1% (half the goal: out of fold is optimistic "
         "for these hand-written rows), every other source <= 5%. Weights file: "
-        f"{DEFAULT_WEIGHTS.stat().st_size / 1e6:.1f} MB.",
+        f"{DEFAULT_WEIGHTS.stat().st_size / 1e6:.1f} MB, and the neighbours' bank "
+        f"{DEFAULT_WEIGHTS.with_name(NEIGHBOURS_FILE).stat().st_size / 1e6:.1f} MB.",
         "",
     ]
     screened = _screened_share(embed, test)

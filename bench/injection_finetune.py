@@ -157,7 +157,8 @@ def main() -> None:
     folds = StratifiedKFold(5, shuffle=True, random_state=0).split(x.sentences, y)
     fit_rows, held_rows = next(iter(folds))
     baseline = training._fit(x.rows(fit_rows), y[fit_rows], weights[fit_rows])
-    scores = {"token head (shipped recipe)": baseline.predict(x.rows(held_rows))[1]}
+    baseline_logits = baseline.predict(x.rows(held_rows))[1]
+    scores = {"token head (shipped recipe)": 1.0 / (1.0 + np.exp(-baseline_logits))}
     # The linear model's logits: out of fold on the fit rows (as `_fit` gives its head),
     # the fitted model's on the held rows.
     fit_x, held_x = x.rows(fit_rows), x.rows(held_rows)

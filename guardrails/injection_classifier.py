@@ -1,7 +1,8 @@
 """The trained injection classifier: a linear model over word and character n-gram
 TF-IDF of a text and a MiniLM sentence embedding of its head (`embedding_head`, what the
 topic check embeds too), plus a small attention head over the head's MiniLM token vectors
-(`injection_head.py`), behind an n-gram-only screen.
+(`injection_head.py`), and the nearest training texts' similarity stacked on both
+(`injection_neighbours.py`), behind an n-gram-only screen.
 
 The embedding carries what a text is about; the n-grams carry how it is said ("how do
 attackers ..." against "you will now ..."), which the embedding blurs: hard negatives that
@@ -10,7 +11,8 @@ words miss: obfuscations that survive the normaliser ("prev1ous instrctns" still
 "prev", "nstr"), and inflected words of languages the English embedding reads poorly.
 The screen costs about a millisecond and clears most ordinary text, which then needs no
 embedding at all (MiniLM is most of the input checks' latency). Weights come from
-`guardrails/train_injection.py` and ship as a JSON file of a few MB.
+`guardrails/train_injection.py` and ship as a JSON file of a few MB, with the neighbours'
+bank beside it (NEIGHBOURS_FILE).
 """
 
 from __future__ import annotations
@@ -28,8 +30,11 @@ import numpy.typing as npt
 
 from guardrails.embedding import TokenEmbedder, embedding_head
 from guardrails.injection_head import TokenHead
+from guardrails.injection_neighbours import Neighbours
 
 DEFAULT_WEIGHTS = Path(__file__).parent / "data" / "injection_classifier.json"
+# The neighbours' bank, in the weights file's folder.
+NEIGHBOURS_FILE = "injection_neighbours.npz"
 
 # scikit-learn's TfidfVectorizer defaults, which the training script uses.
 _TOKEN = re.compile(r"(?u)\b\w\w+\b")
@@ -157,7 +162,8 @@ class _Columns:
 class InjectionClassifier:
     """Two models over a shared n-gram vocabulary: `screen`, a logistic regression, reads
     the n-grams only; `full` reads the n-grams and the MiniLM sentence embedding linearly,
-    and its token `head` adds a logit from the token vectors. A text the screen scores
+    and its token `head` adds a logit from the token vectors; `neighbours`, when set, stack
+    the nearest training texts' similarity on that logit. A text the screen scores
     below `screen_below` is benign without an embedding (training sets `screen_below` under
     every attack the full model caught in cross-validation); the rest go to `full`, whose
     probability is compared with `threshold`."""
@@ -171,6 +177,7 @@ class InjectionClassifier:
     # this one clears more and lets through most (not all) attacks the full model catches.
     unit_screen_below: float
     head: TokenHead
+    neighbours: Neighbours | None = None
     _columns: _Columns = field(init=False, repr=False, compare=False)
 
     @classmethod
@@ -198,6 +205,10 @@ class InjectionClassifier:
             screen_below, threshold = float(data["screen_below"]), float(data["threshold"])
             unit_screen_below = float(data["unit_screen_below"])
             head = TokenHead.from_json(data["token_head"])
+            stack = data.get("neighbours")
+            neighbours = (
+                None if stack is None else Neighbours.load(path.parent / str(stack["file"]), stack)
+            )
         except (OSError, KeyError, TypeError, ValueError, IndexError) as exc:
             raise ClassifierWeightsError(f"cannot load classifier weights {path}: {exc}") from exc
         if coef.ndim != 1:
@@ -207,7 +218,12 @@ class InjectionClassifier:
                 f"{path}: the token head reads {head.dimension} dimensions, the linear "
                 f"model {coef.shape[0]}"
             )
-        return cls(idf, screen, screen_below, full, threshold, unit_screen_below, head)
+        if neighbours is not None and neighbours.dimension != coef.shape[0]:
+            raise ClassifierWeightsError(
+                f"{path}: the neighbours' bank has {neighbours.dimension} dimensions, the "
+                f"linear model {coef.shape[0]}"
+            )
+        return cls(idf, screen, screen_below, full, threshold, unit_screen_below, head, neighbours)
 
     @property
     def dimension(self) -> int:
@@ -215,8 +231,13 @@ class InjectionClassifier:
         return 0 if self.full.embedding_coef is None else int(self.full.embedding_coef.shape[0])
 
     def save(self, path: Path, metadata: dict[str, object]) -> None:
+        """The weights to `path`, and the neighbours' bank to NEIGHBOURS_FILE beside it."""
         if self.full.embedding_coef is None:
             raise ValueError("the full model has no embedding coefficients")
+        stack: dict[str, object] = {}
+        if self.neighbours is not None:
+            self.neighbours.save(path.with_name(NEIGHBOURS_FILE))
+            stack = {"neighbours": {"file": NEIGHBOURS_FILE, **self.neighbours.stack_json()}}
         data = {
             **metadata,
             "threshold": self.threshold,
@@ -226,6 +247,7 @@ class InjectionClassifier:
             "screen_intercept": self.screen.intercept,
             "embedding_coef": [round(float(x), 6) for x in self.full.embedding_coef],
             "token_head": self.head.to_json(),
+            **stack,
             "ngrams": {
                 g: [
                     round(idf, 5),
@@ -278,6 +300,8 @@ class InjectionClassifier:
         logits = vectors.astype(np.float64) @ coef.astype(np.float64)
         logits += self.head.logits(tokens)
         logits += self._logits(features, self._columns.full, self.full.intercept)
+        if self.neighbours is not None:
+            logits = self.neighbours.logits(logits, vectors)
         return _sigmoid(logits)
 
     def classify(

@@ -16,6 +16,7 @@ from guardrails.injection_classifier import (
     CHAR_MARK,
     CHAR_NGRAM_RANGE,
     DEFAULT_WEIGHTS,
+    NEIGHBOURS_FILE,
     SUSPECT_UNITS,
     UNIT_CHARS,
     ClassifierWeightsError,
@@ -466,6 +467,8 @@ def test_weights_are_parsed_once_per_version_and_bad_files_are_named(tmp_path: P
     with pytest.raises(ClassifierWeightsError, match=r"weights\.json"):
         InjectionClassifier.load(weights)  # malformed
     weights.write_bytes(DEFAULT_WEIGHTS.read_bytes())
+    bank = DEFAULT_WEIGHTS.with_name(NEIGHBOURS_FILE)
+    (tmp_path / NEIGHBOURS_FILE).write_bytes(bank.read_bytes())  # the bank it names
     os.utime(weights, ns=(1, 1))
     first = InjectionClassifier.load(weights)
     assert first is not InjectionClassifier.load() and first.idf == InjectionClassifier.load().idf
