@@ -35,8 +35,10 @@ Features are the guardrail embedder's (`guardrail_embedder`) sentence and token 
 of the head of a text's first window (`embedding_head`, what the detector embeds) and the
 word and character n-grams of the whole window. The n-gram screen is a logistic
 regression; the full model, linear over the n-grams and the sentence vector plus a token
-head, is fitted by `guardrails/train_injection_head.py`. The threshold, the screen's cuts
-and the hyper-parameters come from cross-validation on the training split only.
+head, is fitted by `guardrails/train_injection_head.py`, and the similarity to the nearest
+training attack and harmless text is stacked on its logit (`fit_stack`). The threshold, the
+screen's cuts and the hyper-parameters come from cross-validation on the training split
+only.
 """
 
 from __future__ import annotations
@@ -176,9 +178,10 @@ BENIGN_UNITS = 3000
 # Out-of-fold recall at the rule, on one set of fold fits, before WRITTEN_APART below:
 # 0.862 without the stack; with the nearest attack 0.875; with the nearest harmless text
 # too 0.895 (all 12,000 of them), 0.888 (3,000), 0.893 (1,500); the mean of the three
-# nearest for the nearest 0.887. With near-copies (cosine above 0.98 to the scored text)
-# left out of the bank, 0.893: the gain is not from copies of the scored text. With
-# WRITTEN_APART, 0.875 (threshold 0.880, against 0.854 without it).
+# nearest for the nearest 0.887; 2,000 lies between the two samples. With near-copies
+# (cosine above 0.98 to the scored text) left out of the bank, and the three nearest as
+# well, 0.893: the gain is not from copies of the scored text. With WRITTEN_APART, 0.875
+# (threshold 0.880, against 0.854 without it).
 NEIGHBOUR_BENIGN = 2000
 NEIGHBOUR_EXCLUDED = ("obfuscated", "units")
 # Sources written by hand, each in a few sittings: a row's nearest neighbour is a sibling
