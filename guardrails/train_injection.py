@@ -36,7 +36,8 @@ of the head of a text's first window (`embedding_head`, what the detector embeds
 word and character n-grams of the whole window. The n-gram screen is a logistic
 regression; the full model, linear over the n-grams and the sentence vector plus a token
 head, is fitted by `guardrails/train_injection_head.py`, and the similarity to the nearest
-training attack and harmless text is stacked on its logit (`fit_stack`). The threshold, the
+training attack and harmless text is stacked on its logit
+(`guardrails/train_injection_neighbours.py`). The threshold, the
 screen's cuts and the hyper-parameters come from cross-validation on the training split
 only.
 """
@@ -72,10 +73,11 @@ from guardrails.injection_classifier import (
     text_units,
     text_windows,
 )
-from guardrails.injection_neighbours import Neighbours, quantised
+from guardrails.injection_neighbours import Neighbours
 from guardrails.normalize import normalize
 from guardrails.obfuscation import obfuscated_attacks
 from guardrails.train_injection_head import StackedHead, fit_head
+from guardrails.train_injection_neighbours import bank, fit_stack, held_similarities
 from retrieval import smart_format
 
 SHARED_DATA = Path("/work/shared/data")
@@ -172,28 +174,6 @@ SCREEN_MISS_SHARE = 0.002
 # Sentences and sentence pairs of benign training texts, as negatives of their own source:
 # the detector scores a longer text's most suspect units on their own (`text_units`).
 BENIGN_UNITS = 3000
-# The neighbours' bank (`guardrails/injection_neighbours.py`): every training attack but the
-# generated obfuscations (rewrites of the others, which would leave a rewrite's original
-# its nearest neighbour out of fold) and a sample of this many harmless texts, not units.
-# Out-of-fold recall at the rule, on one set of fold fits, before WRITTEN_APART below:
-# 0.862 without the stack; with the nearest attack 0.875; with the nearest harmless text
-# too 0.895 (all 12,000 of them), 0.888 (3,000), 0.893 (1,500); the mean of the three
-# nearest for the nearest 0.887; 2,000 lies between the two samples. With near-copies
-# (cosine above 0.98 to the scored text) left out of the bank, and the three nearest as
-# well, 0.893: the gain is not from copies of the scored text. With WRITTEN_APART, 0.875
-# (threshold 0.880, against 0.854 without it). With WRITTEN_APART, on the fold fits of
-# another run (0.869 at 2,000 there: a recipe's out-of-fold recall moves by about a point
-# between runs): 1,000 harmless texts 0.869, 4,000 0.870, all 12,000 0.878 (a 5.6 MB
-# bank); the three nearest as well 0.864.
-NEIGHBOUR_BENIGN = 2000
-NEIGHBOUR_EXCLUDED = ("obfuscated", "units")
-# Sources written by hand, each in a few sittings: a row's nearest neighbour is a sibling
-# written in the same sitting, and the held-out rows were written apart. Out of fold, a
-# row of these sources is scored against a bank without its own source, as the held-out
-# rows meet a bank without their siblings; the shipped bank keeps them. Without this, out
-# of fold put each language's harmless requests at or under 0.8% at threshold 0.854, and
-# held out the Italian ones read 2.4% (see docs/benchmarks.md for the selection).
-WRITTEN_APART = ("multilingual-", "persona-")
 # Share of the attacks the full model catches (out of fold) whose screen probability
 # passes the units' cut: a long text has many units, and each one embedded costs ~15 ms.
 UNIT_SCREEN_PASS = 0.99
@@ -522,48 +502,6 @@ def choose_unit_screen_below(
     return max(screen_below, float(np.quantile(screen[caught], 1.0 - UNIT_SCREEN_PASS)))
 
 
-def neighbour_bank(
-    x: Features, examples: list[Example], rows: npt.NDArray[np.intp], leave_out: str = ""
-) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
-    """The sentence vectors of `rows` that the neighbours' bank keeps: (attacks, a sample of
-    NEIGHBOUR_BENIGN harmless texts), none of source `leave_out`."""
-    kept = [
-        i
-        for i in rows
-        if examples[i].source not in NEIGHBOUR_EXCLUDED and examples[i].source != leave_out
-    ]
-    attacks = [i for i in kept if examples[i].label == 1]
-    benign = [i for i in kept if examples[i].label == 0]
-    if len(benign) > NEIGHBOUR_BENIGN:
-        chosen = np.random.default_rng(0).choice(len(benign), NEIGHBOUR_BENIGN, replace=False)
-        benign = [benign[j] for j in sorted(chosen)]
-    return x.sentences[attacks], x.sentences[benign]
-
-
-def _bank(attacks: npt.NDArray[np.float32], benign: npt.NDArray[np.float32]) -> Neighbours:
-    """A bank with the identity stack (its similarities are what the stack is fitted on)."""
-    return Neighbours(*quantised(attacks), *quantised(benign), 1.0, 0.0, 0.0, 0.0)
-
-
-def fit_stack(
-    logits: npt.NDArray[np.float64],
-    similarities: npt.NDArray[np.float64],
-    y: npt.NDArray[np.int_],
-    weights: npt.NDArray[np.float64],
-) -> tuple[LogisticRegression, npt.NDArray[np.float64]]:
-    """The stack over (logit, nearest attack, nearest harmless text), fitted on out-of-fold
-    values of all rows, and its own out-of-fold probabilities (a second cross-validation),
-    which choose the threshold."""
-    design = np.column_stack([logits, similarities])
-    stacked = np.zeros(len(y))
-    for fit_rows, held_rows in StratifiedKFold(5, shuffle=True, random_state=3).split(design, y):
-        fold = LogisticRegression(max_iter=2000)
-        fold.fit(design[fit_rows], y[fit_rows], sample_weight=weights[fit_rows])
-        stacked[held_rows] = fold.predict_proba(design[held_rows])[:, 1]
-    stack = LogisticRegression(max_iter=2000).fit(design, y, sample_weight=weights)
-    return stack, stacked
-
-
 def group_counts(examples: list[Example]) -> dict[tuple[str, int], int]:
     """Examples per (weight group, label)."""
     counts: dict[tuple[str, int], int] = defaultdict(int)
@@ -601,33 +539,19 @@ def train(
     weights = sample_weights(examples)
     oof_screen, oof_logits = np.zeros(len(examples)), np.zeros(len(examples))
     similarities = np.zeros((len(examples), 2))
+    sources = [ex.source for ex in examples]
     folds = StratifiedKFold(5, shuffle=True, random_state=0).split(x.sentences, y)
     for fit_rows, held_rows in folds:
         fitted = _fit(x.rows(fit_rows), y[fit_rows], weights[fit_rows])
         oof_screen[held_rows], oof_logits[held_rows] = fitted.predict(x.rows(held_rows))
-        bank = _bank(*neighbour_bank(x, examples, fit_rows))
-        similarities[held_rows] = np.column_stack(bank.similarities(x.sentences[held_rows]))
-        for source in sorted({examples[i].source for i in held_rows}):
-            if source.startswith(WRITTEN_APART):
-                own = np.array([i for i in held_rows if examples[i].source == source])
-                apart = _bank(*neighbour_bank(x, examples, fit_rows, leave_out=source))
-                similarities[own] = np.column_stack(apart.similarities(x.sentences[own]))
+        similarities[held_rows] = held_similarities(x.sentences, sources, y, fit_rows, held_rows)
     stack, oof = fit_stack(oof_logits, similarities, y, weights)
     threshold = choose_threshold(oof, examples)
     caught = (oof >= threshold) & (y == 1)
     screen_below = choose_screen_below(oof_screen, caught)
     unit_screen_below = choose_unit_screen_below(oof_screen, caught, screen_below)
     fitted = _fit(x, y, weights)
-    attacks, benign = neighbour_bank(x, examples, np.arange(len(examples)))
-    (logit_coef, attack_coef, benign_coef), intercept = stack.coef_[0], stack.intercept_[0]
-    neighbours = Neighbours(
-        *quantised(attacks),
-        *quantised(benign),
-        float(logit_coef),
-        float(attack_coef),
-        float(benign_coef),
-        float(intercept),
-    )
+    neighbours = bank(x.sentences, sources, y, np.arange(len(examples)), stack)
     classifier = fitted.classifier(screen_below, threshold, unit_screen_below, neighbours)
     # The shipped classifier re-implements the TF-IDF step; it must agree with sklearn.
     ngram_features = classifier.features(x.windows)
