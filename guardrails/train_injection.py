@@ -52,6 +52,7 @@ import re
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,10 @@ CONTACT_TEMPLATES = (
     "Invoices should be addressed to {company}, attention {name}, {email}.",
     "Ping me at {email} or {phone} if the numbers look off.",
 )
+# Faker draws a message's day of the week between 1970 and this end, which defaults to the
+# clock, so a day moved with it and retraining saw other texts (the out-of-fold threshold
+# then read 0.935 against 0.880). Fixed at when the shipped classifier was trained.
+CONTACT_DAYS_UNTIL = datetime(2026, 12, 7, 18, 22, tzinfo=UTC)
 # Repeated words and phrases, training only (`filler_texts`).
 FILLER_TEXTS = 300
 # Training messages with contact details, from templates of their own (the held-out ones
@@ -292,7 +297,7 @@ def contact_messages(
                 phone=fake.phone_number(),
                 url=fake.url(),
                 company=fake.company(),
-                day=fake.day_of_week(),
+                day=fake.date("%A", end_datetime=CONTACT_DAYS_UNTIL),
             )
             for _ in range(rng.randint(1, 3))
         ]

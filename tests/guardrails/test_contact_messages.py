@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime, tzinfo
 
+import faker.providers.date_time as faker_dates
 import pytest
 
 from guardrails.train_injection import (
@@ -30,3 +32,15 @@ def test_contact_messages_are_held_out_only() -> None:
     splits = load_splits()
     assert sum(ex.source == "contacts" for ex in splits["test"]) == 200
     assert not any(ex.source == "contacts" for ex in splits["train"])
+
+
+def test_messages_do_not_follow_the_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = contact_messages(CONTACT_TEMPLATES, count=40, seed=5)
+
+    class Later(datetime):
+        @classmethod
+        def now(cls, tz: tzinfo | None = None) -> Later:  # type: ignore[override]
+            return cls(2031, 3, 4, 5, 6, tzinfo=tz)
+
+    monkeypatch.setattr(faker_dates, "datetime", Later)
+    assert contact_messages(CONTACT_TEMPLATES, count=40, seed=5) == rows
