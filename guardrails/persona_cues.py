@@ -49,13 +49,13 @@ _ROLE_CUES = (
     r"(?:du\s+bist|sie\s+sind)\s+(?:jetzt|nun|ab\s+sofort|ab\s+jetzt|nicht\s+mehr|kein)",
     r"(?:ab\s+jetzt|ab\s+sofort|von\s+nun\s+an|ab\s+dieser\s+nachricht)",
     r"(?:dein|ihr)\s+neuer\s+name|du\s+hei(?:ß|ss)t|nennst\s+du\s+dich",
-    r"(?:tu|tun\s+sie)\s+so\s*,?\s+als|stell\s+dir\s+vor",
+    r"(?:tu|tun\s+sie)\s+(?:mal\s+|doch\s+)?so\s*,?\s+als|stell\s+dir\s+vor|versetz\w*\s+dich\s+in",
     r"(?:spiel|spiele|spielen\s+sie)\s+(?:die\s+rolle|einen|eine|den)|rollenspiel|lass\s+uns\s+spielen",
     r"(?:simuliere|emuliere|werde\s+zu|verk[oö]rpere|agiere\s+als|verhalte\s+dich)",
     r"antworte(?:n\s+sie)?\s+(?:nur\s+)?als|bleib\s+in\s+der\s+rolle",
     r"vergiss\s*,?\s+dass\s+du|schluss\s+mit\s+der",
     r"(?:pers[oö]nlichkeit|zwilling|alter\s+ego)",
-    r"\w*modus\s+(?:ist\s+)?(?:aktiv|aktiviert|an|ein)|(?:aktiviere|wechsle\s+in)\s+den\s+\w*modus",
+    r"\w*modus\s+(?:ist\s+)?(?:aktiv|aktiviert|an|ein)|(?:aktiviere|wechsle\s+in)\s+den\s+(?:\w+\s+)?\w*modus",
     # Spanish
     r"(?:ahora\s+)?eres\s+(?:ahora|desde\s+ahora)|ya\s+no\s+eres|usted\s+es\s+ahora",
     r"(?:a\s+partir\s+de\s+ahora|desde\s+ahora|de\s+ahora\s+en\s+adelante|desde\s+este\s+mensaje)",
@@ -73,7 +73,8 @@ _ROLE_CUES = (
     r"(?:fingi|fai\s+finta|immagina)\s+(?:di|che)",
     r"(?:gioca|giochiamo|interpreta)|gioco\s+di\s+ruolo|resta\s+nel\s+personaggio",
     r"(?:simula|emula|diventa|impersona|agisci\s+come|comportati\s+come)",
-    r"rispondi\s+(?:solo\s+)?come|dimentica\s+di\s+essere",
+    r"rispondi\s+(?:solo\s+)?come|dimentica\s+di\s+essere|mettiti\s+nei\s+panni|esci\s+dal\s+ruolo"
+    r"|supponi\s+di\s+essere|lei\s+(?:ora\s+|adesso\s+)?[eè]\s+(?:ora\s+|adesso\s+)?(?:il|la|un|una)\b",
     r"(?:personalit[aà]|gemello|alter\s+ego)",
     r"modalit[aà]\s+\w+\s+(?:attivata|attiva)|(?:attiva|entra\s+in|passa\s+alla)\s+(?:la\s+)?modalit[aà]",
     # Portuguese
@@ -135,6 +136,8 @@ _UNBOUND_CUES = (
     r"(?:unzensiert|ungefiltert|uneingeschr[aä]nkt|entfesselt|befreit)",
     r"(?:ignoriert|verachtet|hasst|pfeift\s+auf)\s+(?:\w+\s+){0,2}(?:regeln|normen|richtlinien|gesetze)",
     r"(?:beantwortet|antwortet\s+auf|sagt)\s+(?:einfach\s+|absolut\s+)?alles",
+    r"(?:niemandem|keinem|nicht\s+mehr)\s+(?:\w+\s+){0,2}gehorch\w*|allem\s+zu\s+gehorchen"
+    r"|kein(?:e|en)?\s+gewissen",
     r"(?:sicherheitsfilter|filter|regeln|schutzmechanismen)\s+(?:\w+\s+)?(?:sind\s+)?(?:deaktiviert|aus|entfernt|aufgehoben)",
     # Spanish
     r"(?:sin|ninguna?|cero)\s+(?:ninguna?\s+)?(?:\w+\s+)?(?:reglas|restricciones|filtros|l[ií]mites"
@@ -151,6 +154,7 @@ _UNBOUND_CUES = (
     r"(?:senza\s+censura|non\s+censurat|liberat|sbloccat)",
     r"(?:ignora|odia|se\s+ne\s+frega\s+delle)\s+(?:\w+\s+){0,2}(?:regole|norme|politiche|leggi)",
     r"risponde\s+a\s+(?:assolutamente\s+)?tutto|dice\s+tutto",
+    r"libera\s+dalle\s+regole|obbedisci\s+(?:soltanto|solo)\s+a\s+me|rispondeva\s+a\s+tutto",
     r"(?:filtri|restrizioni|regole|protezioni)\s+(?:\w+\s+)?(?:sono\s+)?(?:disattivat|rimoss|annullat)",
     # Portuguese
     r"(?:sem|nenhuma?|zero)\s+(?:nenhuma?\s+)?(?:\w+\s+)?(?:regras|restri[cç][oõ]es|filtros|limites"
