@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from guardrails import train_injection as training  # noqa: E402
 from guardrails.embedding import embedding_head  # noqa: E402
-from guardrails.injection_classifier import text_windows  # noqa: E402
+from guardrails.injection_classifier import sigmoid, text_windows  # noqa: E402
 from guardrails.normalize import normalize  # noqa: E402
 from retrieval.embedder import Embedder  # noqa: E402
 
@@ -158,7 +158,7 @@ def main() -> None:
     fit_rows, held_rows = next(iter(folds))
     baseline = training._fit(x.rows(fit_rows), y[fit_rows], weights[fit_rows])
     baseline_logits = baseline.predict(x.rows(held_rows))[1]
-    scores = {"token head (shipped recipe)": 1.0 / (1.0 + np.exp(-baseline_logits))}
+    scores = {"token head (shipped recipe)": sigmoid(baseline_logits)}
     # The linear model's logits: out of fold on the fit rows (as `_fit` gives its head),
     # the fitted model's on the held rows.
     fit_x, held_x = x.rows(fit_rows), x.rows(held_rows)

@@ -86,7 +86,7 @@ def _word_char_ngrams(word: str) -> tuple[str, ...]:
     return tuple(grams)
 
 
-def _sigmoid(logits: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+def sigmoid(logits: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     return np.asarray(1.0 / (1.0 + np.exp(-logits)))
 
 
@@ -269,7 +269,7 @@ class InjectionClassifier:
 
     def screen_probabilities(self, features: Sequence[NgramFeatures]) -> npt.NDArray[np.float64]:
         """P(injection) from the n-grams alone (no embedding needed)."""
-        return _sigmoid(self._logits(features, self._columns.screen, self.screen.intercept))
+        return sigmoid(self._logits(features, self._columns.screen, self.screen.intercept))
 
     def _logits(
         self, features: Sequence[NgramFeatures], coef: npt.NDArray[np.float64], intercept: float
@@ -302,7 +302,7 @@ class InjectionClassifier:
         logits += self._logits(features, self._columns.full, self.full.intercept)
         if self.neighbours is not None:
             logits = self.neighbours.logits(logits, vectors)
-        return _sigmoid(logits)
+        return sigmoid(logits)
 
     def classify(
         self,

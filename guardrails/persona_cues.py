@@ -153,8 +153,8 @@ _UNBOUND_CUES = (
     r"(?:non\s+)?rifiuta\s+mai|non\s+dice\s+mai\s+di\s+no",
     r"(?:senza\s+censura|non\s+censurat|liberat|sbloccat)",
     r"(?:ignora|odia|se\s+ne\s+frega\s+delle)\s+(?:\w+\s+){0,2}(?:regole|norme|politiche|leggi)",
-    r"risponde\s+a\s+(?:assolutamente\s+)?tutto|dice\s+tutto",
-    r"libera\s+dalle\s+regole|obbedisci\s+(?:soltanto|solo)\s+a\s+me|rispondeva\s+a\s+tutto",
+    r"rispond(?:e|eva)\s+a\s+(?:assolutamente\s+)?tutto|dice\s+tutto",
+    r"libera\s+dalle\s+regole|obbedisci\s+(?:soltanto|solo)\s+a\s+me",
     r"(?:filtri|restrizioni|regole|protezioni)\s+(?:\w+\s+)?(?:sono\s+)?(?:disattivat|rimoss|annullat)",
     # Portuguese
     r"(?:sem|nenhuma?|zero)\s+(?:nenhuma?\s+)?(?:\w+\s+)?(?:regras|restri[cç][oõ]es|filtros|limites"

@@ -71,6 +71,7 @@ from guardrails.injection_classifier import (
     NGRAM_RANGE,
     InjectionClassifier,
     LinearModel,
+    sigmoid,
     text_units,
     text_windows,
 )
@@ -570,7 +571,7 @@ def train(
     # The shipped classifier re-implements the TF-IDF step; it must agree with sklearn.
     ngram_features = classifier.features(x.windows)
     screen, logits = fitted.predict(x)
-    full = 1.0 / (1.0 + np.exp(-neighbours.logits(logits, x.sentences)))
+    full = sigmoid(neighbours.logits(logits, x.sentences))
     drift = max(
         float(np.max(np.abs(classifier.screen_probabilities(ngram_features) - screen))),
         float(
