@@ -407,10 +407,10 @@ def thresholds_by_rule(probs: npt.NDArray[np.float64], examples: list[Example]) 
     return rules
 
 
-def choose_threshold(probs: npt.NDArray[np.float64], examples: list[Example]) -> float:
-    """Lowest threshold meeting POOLED_FPR overall and each source's `_allowed_fpr`, in
-    [0.5, 0.99]."""
-    return min(max(0.5, *thresholds_by_rule(probs, examples).values()), 0.99)
+def choose_threshold(rules: dict[str, float]) -> float:
+    """Lowest threshold meeting every part of the rule (`thresholds_by_rule`: POOLED_FPR
+    overall and each source's `_allowed_fpr`), in [0.5, 0.99]."""
+    return min(max(0.5, *rules.values()), 0.99)
 
 
 @dataclass(frozen=True, slots=True)
@@ -561,7 +561,8 @@ def train(
         oof_screen[held_rows], oof_logits[held_rows] = fitted.predict(x.rows(held_rows))
         similarities[held_rows] = held_similarities(x.sentences, sources, y, fit_rows, held_rows)
     stack, oof = fit_stack(oof_logits, similarities, y, weights)
-    threshold = choose_threshold(oof, examples)
+    rules = thresholds_by_rule(oof, examples)
+    threshold = choose_threshold(rules)
     caught = (oof >= threshold) & (y == 1)
     screen_below = choose_screen_below(oof_screen, caught)
     unit_screen_below = choose_unit_screen_below(oof_screen, caught, screen_below)
@@ -591,9 +592,7 @@ def train(
         "cv_recall_at_threshold": round(float(np.mean(oof[y == 1] >= threshold)), 4),
         "cv_fpr_at_threshold": round(float(np.mean(oof[y == 0] >= threshold)), 4),
         "cv_by_source": _rates_by_source(oof >= threshold, examples),
-        "cv_threshold_by_rule": {
-            rule: round(value, 4) for rule, value in thresholds_by_rule(oof, examples).items()
-        },
+        "cv_threshold_by_rule": {rule: round(value, 4) for rule, value in rules.items()},
         "cv_benign_cleared_by_screen": round(float(cleared.sum() / (y == 0).sum()), 4),
         "cv_benign_units_cleared_by_unit_cut": round(
             float(np.mean(oof_screen[units] < unit_screen_below)), 4
