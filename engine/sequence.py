@@ -63,12 +63,3 @@ class Sequence:
     @property
     def output_ids(self) -> list[int]:
         return self.token_ids[self.num_prompt_tokens :]
-
-    @property
-    def is_prefilling(self) -> bool:
-        """True while tokens other than the newest sampled one still lack K/V."""
-        return self.num_tokens - self.num_computed_tokens > 1 or self.num_output_tokens == 0
-
-    @property
-    def is_finished(self) -> bool:
-        return self.status is SequenceStatus.FINISHED

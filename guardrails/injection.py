@@ -217,10 +217,6 @@ class InjectionDetector:
     def config(self) -> InjectionConfig:
         return self._config
 
-    @property
-    def uses_classifier(self) -> bool:
-        return self._classifier is not None
-
     def check(
         self,
         texts: Sequence[str],

@@ -95,7 +95,6 @@ class _Connection(asyncio.Protocol):
         self._deadline = 0.0
         self._paused = False
         self.in_use = True
-        self.reused = False
         self.closed = False
         self.idle_since = 0.0
         self._begin()
@@ -206,7 +205,6 @@ class _Connection(asyncio.Protocol):
     def idle(self) -> None:
         """Back in the pool, between requests."""
         self.in_use = False
-        self.reused = True
         self.idle_since = self._loop.time()
         self._cancel_timer()
 

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import Connection, Engine, Table, func, insert, select, text
+from sqlalchemy import Connection, Engine, Table, insert, select, text
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -398,8 +398,3 @@ def verify_chain(
             f"{checkpoint.seq} (records were truncated)"
         )
     return report
-
-
-def count_records(sessions: sessionmaker[Session]) -> int:
-    with sessions() as session:
-        return int(session.scalar(select(func.count()).select_from(AuditRecord)) or 0)
