@@ -25,6 +25,7 @@ from confusion import Counts  # noqa: E402
 from doc_section import write_section  # noqa: E402  (bench/ is on the path)
 from guardrails_check_pii import bench_pii_endpoint  # noqa: E402
 from guardrails_pii import bench_pii, bench_pii_precision  # noqa: E402
+from int8_minilm import int8_embedder  # noqa: E402
 
 from engine.cpu_info import cpu_has_bf16  # noqa: E402
 from guardrails import (  # noqa: E402
@@ -422,6 +423,17 @@ def bench_latency(embed: Embedder) -> list[str]:
             LATENCY_PROMPT,
         ),
     ]
+    int8 = int8_embedder(float32, embed.threads)
+    if int8 is not None:
+        rows.insert(
+            10,
+            (
+                f"MiniLM embedding of the first {EMBED_CHARS} characters, int8 copy (not "
+                "shipped: bench/int8_minilm.py)",
+                lambda p: int8([embedding_head(p)]),
+                LATENCY_PROMPT,
+            ),
+        )
     load = os.getloadavg()[0]
     usual_screen = (
         "the injection screen is unsure of it, so its head is embedded for injection too"
@@ -455,9 +467,28 @@ def bench_latency(embed: Embedder) -> list[str]:
         "| --- | ---: | ---: |",
     ]
     for row, (name, fn, base) in enumerate(rows):
-        p50, p99 = _timed(fn, latency_prompts(row, base), (embed, float32))
+        caches = (embed, float32) if int8 is None else (embed, float32, int8)
+        p50, p99 = _timed(fn, latency_prompts(row, base), caches)
         lines.append(f"| {name} | {p50:.1f} | {p99:.1f} |")
+    if int8 is not None:
+        lines += ["", _int8_fidelity(float32, int8)]
     return [*lines, ""]
+
+
+def _int8_fidelity(float32: Embedder, int8: Embedder) -> str:
+    """How close the int8 copy's vectors are to float32's over the heads of 100 training
+    texts of 250 characters or more (the latency prompts are near copies of each other)."""
+    long = [e.text for e in load_splits()["train"] if len(e.text) >= 250]
+    picked = np.random.default_rng(0).choice(len(long), size=min(100, len(long)), replace=False)
+    heads = [embedding_head(normalize(long[i])) for i in picked]
+    cosines = np.sum(float32(heads) * int8(heads), axis=1)
+    return (
+        f"The int8 copy's row is not what the checks run: its vectors read cosine "
+        f"{cosines.mean():.4f} on average ({cosines.min():.4f} at worst) to float32's over "
+        f"the heads of {len(heads)} training texts of 250 characters or more, about as "
+        "close as bfloat16's; docs/benchmarks.md, \"An int8 copy of MiniLM for CPUs without "
+        'bf16", says why it is not shipped.'
+    )
 
 
 def main() -> None:
