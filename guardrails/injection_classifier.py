@@ -140,22 +140,35 @@ class _Columns:
             char_columns,
         )
 
-    def tfidf(self, text: str) -> NgramFeatures:
+    def tfidf(self, texts: Sequence[str]) -> list[NgramFeatures]:
+        """Each text's features. A request's window, sentences and sentence pairs come
+        together, so their columns are counted and normalised in one pass over all of them:
+        per text, two `np.unique` calls cost more than the arithmetic."""
         index = self.index
-        words = np.array([index[g] for g in ngrams(text) if g in index], dtype=np.intp)
-        chars = [self.char_columns(w) for w in text.lower().split()]
-        parts = [self._normalised(words), self._normalised(np.concatenate([words[:0], *chars]))]
-        return NgramFeatures(
-            np.concatenate([c for c, _ in parts]), np.concatenate([v for _, v in parts])
+        # Part 2i holds text i's word n-grams, part 2i + 1 its character n-grams.
+        parts: list[npt.NDArray[np.intp]] = []
+        for text in texts:
+            parts.append(np.array([index[g] for g in ngrams(text) if g in index], dtype=np.intp))
+            chars = [self.char_columns(w) for w in text.lower().split()]
+            parts.append(np.concatenate([_NO_COLUMNS, *chars]))
+        width = len(self.idf)
+        owners = np.repeat(np.arange(len(parts), dtype=np.intp), [len(c) for c in parts])
+        keys, counts = np.unique(
+            owners * width + np.concatenate([_NO_COLUMNS, *parts]), return_counts=True
         )
+        part_of, columns = np.divmod(keys, width)
+        weights = (1.0 + np.log(counts)) * self.idf[columns]
+        norms = np.sqrt(np.bincount(part_of, weights=weights * weights, minlength=len(parts)))
+        weights /= np.where(norms > 0, norms, 1.0)[part_of]
+        # Keys sort by part first, so each text's columns are one run: words, then chars.
+        bounds = np.searchsorted(part_of, np.arange(0, len(parts) + 1, 2))
+        return [
+            NgramFeatures(columns[start:end], weights[start:end])
+            for start, end in itertools.pairwise(bounds.tolist())
+        ]
 
-    def _normalised(
-        self, columns: npt.NDArray[np.intp]
-    ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
-        unique, counts = np.unique(columns, return_counts=True)
-        weights = (1.0 + np.log(counts)) * self.idf[unique]
-        norm = float(np.sqrt(weights @ weights))
-        return unique, weights / norm if norm > 0 else weights
+
+_NO_COLUMNS = np.zeros(0, dtype=np.intp)
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,7 +278,7 @@ class InjectionClassifier:
         object.__setattr__(self, "_columns", _Columns.of(self.idf, self.screen, self.full))
 
     def features(self, texts: Sequence[str]) -> list[NgramFeatures]:
-        return [self._columns.tfidf(text) for text in texts]
+        return self._columns.tfidf(texts)
 
     def screen_probabilities(self, features: Sequence[NgramFeatures]) -> npt.NDArray[np.float64]:
         """P(injection) from the n-grams alone (no embedding needed)."""
@@ -324,17 +337,20 @@ class InjectionClassifier:
         whose vectors a caching embedder keeps: one model pass costs about 8 ms however
         short its texts, mostly reading the weights).
         """
-        features = self.features(texts)
-        scores = [float(p) for p in self.screen_probabilities(features)]
+        units_of = [text_units(text) for text in texts]
+        every_unit = [unit for units in units_of for unit in units]
+        every_feature = self.features([*texts, *every_unit])
+        every_score = self.screen_probabilities(every_feature)
+        features = every_feature[: len(texts)]
+        scores = [float(p) for p in every_score[: len(texts)]]
         screened = threshold >= self.threshold
         uncertain = [i for i, p in enumerate(scores) if not screened or p >= self.screen_below]
         suspects: list[tuple[int, str, NgramFeatures]] = []
-        for i, text in enumerate(texts):
-            units = text_units(text)
-            if not units:
-                continue
-            unit_features = self.features(units)
-            unit_scores = self.screen_probabilities(unit_features)
+        start = len(texts)
+        for i, units in enumerate(units_of):
+            unit_features = every_feature[start : start + len(units)]
+            unit_scores = every_score[start : start + len(units)]
+            start += len(units)
             for unit in np.argsort(-unit_scores, kind="stable")[:SUSPECT_UNITS]:
                 if not screened or unit_scores[unit] >= self.unit_screen_below:
                     suspects.append((i, units[unit], unit_features[unit]))
