@@ -110,6 +110,9 @@ class NgramFeatures:
     values: npt.NDArray[np.float64]
 
 
+_NO_COLUMNS = np.zeros(0, dtype=np.intp)
+
+
 @dataclass(frozen=True, slots=True)
 class _Columns:
     """The vocabulary as arrays: a column per n-gram, its idf and both models' weights
@@ -166,9 +169,6 @@ class _Columns:
             NgramFeatures(columns[start:end], weights[start:end])
             for start, end in itertools.pairwise(bounds.tolist())
         ]
-
-
-_NO_COLUMNS = np.zeros(0, dtype=np.intp)
 
 
 @dataclass(frozen=True, slots=True)
