@@ -25,13 +25,8 @@ from typing import Any
 import torch
 
 from engine.linear import fbgemm_supported, make_linear
-from engine.smoothing import CALIBRATION_TEXT
+from engine.smoothing import ALPHA, CALIBRATION_TEXT, smoothing_scale
 from retrieval.embedder import Embedder
-
-# Share of an input channel's range moved into the weights (Xiao et al. 2022, the paper's
-# default): 0.5 put MiniLM's vectors at cosine 0.9991 on average to float32, no smoothing
-# at 0.9960.
-SMOOTHING_ALPHA = 0.5
 
 
 class SmoothedInt8Linear(torch.nn.Module):
@@ -39,17 +34,15 @@ class SmoothedInt8Linear(torch.nn.Module):
 
     Input channel j is divided by `s_j` and the weights' column j multiplied by it, which
     leaves the product unchanged and moves part of the few wide channels' range into the
-    weights, quantized per output channel:
-    `s_j = max|x_j|^alpha / max|w_j|^(1 - alpha)`, with `max|x_j|` from a calibration pass.
+    weights, quantized per output channel (`engine.smoothing.smoothing_scale`, the engine's
+    alpha: 0.5 put MiniLM's vectors at cosine 0.9991 on average to float32, no smoothing at
+    0.9960), with `max|x_j|` from a calibration pass.
     """
 
     def __init__(self, linear: torch.nn.Linear, input_maxima: torch.Tensor) -> None:
         super().__init__()
         weight = linear.weight.detach().float()
-        column_maxima = weight.abs().amax(dim=0).clamp(min=1e-5)
-        scales = (
-            input_maxima.clamp(min=1e-5) ** SMOOTHING_ALPHA / column_maxima ** (1 - SMOOTHING_ALPHA)
-        ).clamp(min=1e-5)
+        scales = smoothing_scale(input_maxima, weight, ALPHA)
         self.inverse_scales: torch.Tensor
         self.register_buffer("inverse_scales", 1.0 / scales)
         bias = None if linear.bias is None else linear.bias.detach().float()
